@@ -1,0 +1,61 @@
+"""Node attributes as Python values, and NodeInfo from a NodeProto."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnx import AttributeProto, NodeProto, numpy_helper
+
+from graphrt.kernel import NodeInfo
+
+__all__ = ["attribute_value", "node_info"]
+
+
+def attribute_value(attr: AttributeProto) -> Any:
+    """ints -> list[int], strings -> str, tensors -> numpy arrays; graphs stay GraphProto."""
+    t = attr.type
+    if t == AttributeProto.FLOAT:
+        return float(attr.f)
+    if t == AttributeProto.INT:
+        return int(attr.i)
+    if t == AttributeProto.STRING:
+        return attr.s.decode("utf-8", errors="replace")
+    if t == AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if t == AttributeProto.GRAPH:
+        return attr.g
+    if t == AttributeProto.SPARSE_TENSOR:
+        return attr.sparse_tensor
+    if t == AttributeProto.TYPE_PROTO:
+        return attr.tp
+    if t == AttributeProto.FLOATS:
+        return [float(x) for x in attr.floats]
+    if t == AttributeProto.INTS:
+        return [int(x) for x in attr.ints]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in attr.strings]
+    if t == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(x) for x in attr.tensors]
+    if t == AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    if t == AttributeProto.SPARSE_TENSORS:
+        return list(attr.sparse_tensors)
+    if t == AttributeProto.TYPE_PROTOS:
+        return list(attr.type_protos)
+    return None
+
+
+def node_info(node: NodeProto, opset: int, attrs: dict[str, Any] | None = None) -> NodeInfo:
+    """The NodeInfo a kernel factory receives for ``node`` at ``opset`` of its domain."""
+    if attrs is None:
+        attrs = {a.name: attribute_value(a) for a in node.attribute}
+    return NodeInfo(
+        name=node.name,
+        op_type=node.op_type,
+        domain="" if node.domain in ("", "ai.onnx") else node.domain,
+        opset=opset,
+        attrs=attrs,
+        inputs=tuple(node.input),
+        outputs=tuple(node.output),
+        proto=node,
+    )

@@ -1,0 +1,212 @@
+"""CompiledGraph: operators resolved, passes run, kernels built; independent of input shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from graphrt.attrs import node_info
+from graphrt.errors import PluginError, SessionError
+from graphrt.ir import IrModel, ValueDecl, check_cancelled
+from graphrt.kernel import NodeInfo, OpDef, OpKernel
+from graphrt.passes import LEVELS, PassContext, PassGraph, PassNode, builtin_passes
+from graphrt.paths import KernelPath
+from graphrt.plugins import OperatorTable
+
+__all__ = ["CNode", "CompiledGraph", "compile_model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CNode:
+    """A node ready to plan: its kernel and value ids (-1 for an absent optional input)."""
+
+    index: int
+    info: NodeInfo
+    kernel: OpKernel
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    plugin: str
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    names: list[str]  # value id -> name
+    ids: dict[str, int]
+    inputs: list[ValueDecl]
+    input_ids: list[int]
+    outputs: list[ValueDecl]
+    output_ids: list[int]
+    constants: dict[int, np.ndarray]
+    nodes: list[CNode]
+    exact: bool
+    kernel_path: str
+    passes_run: list[str]
+    dropped_nodes: int
+    declared: dict[str, ValueDecl]  # value_info annotations by name
+
+
+def compile_model(
+    ir: IrModel,
+    table: OperatorTable,
+    *,
+    exact: bool,
+    level: str,
+    path: KernelPath | None,
+    weight_storage: str = "original",
+    cancellation: Any = None,
+) -> CompiledGraph:
+    if level not in LEVELS:
+        raise SessionError("unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}")
+    nodes = _resolve(ir, table, cancellation)
+    if exact:
+        _check_exact(nodes)
+    constants = _weights(ir.initializers, weight_storage)
+
+    def lookup(domain: str, op_type: str) -> OpDef | None:
+        return table.lookup(domain, op_type, ir.opsets.get(domain, 1))
+
+    def make_kernel(node: PassNode) -> OpKernel:
+        return _build_kernel(node, path)
+
+    graph = PassGraph(nodes, constants, [d.name for d in ir.inputs], [d.name for d in ir.outputs])
+    dropped = graph.remove_dead()
+    ctx = PassContext(exact, level, make_kernel, lookup, cancellation)
+    passes_run = []
+    for p in builtin_passes() + list(table.passes):
+        if p.selected(level, exact):
+            check_cancelled(cancellation)
+            if p.run(graph, ctx):
+                passes_run.append(p.name)
+                dropped += graph.remove_dead()
+
+    names: list[str] = []
+    ids: dict[str, int] = {}
+
+    def vid(name: str) -> int:
+        if not name:
+            return -1
+        if name not in ids:
+            ids[name] = len(names)
+            names.append(name)
+        return ids[name]
+
+    input_ids = [vid(d.name) for d in ir.inputs]
+    const_ids = {vid(n): v for n, v in graph.constants.items()}
+    cnodes = []
+    for i, n in enumerate(graph.nodes):
+        check_cancelled(cancellation)
+        kernel = make_kernel(n)
+        cnodes.append(
+            CNode(
+                index=i,
+                info=n.info,
+                kernel=kernel,
+                inputs=tuple(vid(x) for x in n.inputs),
+                outputs=tuple(vid(x) for x in n.outputs),
+                plugin=n.op_def.plugin,
+            )
+        )
+    output_ids = [vid(d.name) for d in ir.outputs]
+    return CompiledGraph(
+        names=names,
+        ids=ids,
+        inputs=ir.inputs,
+        input_ids=input_ids,
+        outputs=ir.outputs,
+        output_ids=output_ids,
+        constants=const_ids,
+        nodes=cnodes,
+        exact=exact,
+        kernel_path=path.name if path else "numpy",
+        passes_run=passes_run,
+        dropped_nodes=dropped,
+        declared=dict(ir.value_info),
+    )
+
+
+def _resolve(ir: IrModel, table: OperatorTable, cancellation: Any) -> list[PassNode]:
+    """Every node's winning OpDef; all missing operators are reported together."""
+    missing: list[str] = []
+    resolved: list[PassNode] = []
+    for n in ir.nodes:
+        check_cancelled(cancellation)
+        opset = ir.opsets.get(n.domain)
+        if opset is None:
+            raise SessionError(
+                "invalid_model",
+                f"node {n.name!r} uses domain {n.domain!r}, which the model does not import",
+                node=n.name,
+            )
+        try:
+            op_def = table.lookup(n.domain, n.op_type, opset)
+        except PluginError as exc:
+            raise SessionError("unsupported_operator", str(exc), node=n.name) from exc
+        label = f"{n.op_type} (opset {opset})" if not n.domain else f"{n.domain}.{n.op_type} (opset {opset})"
+        if op_def is None:
+            if label not in missing:
+                missing.append(label)
+            continue
+        resolved.append(PassNode(node_info(n.proto, opset), op_def, list(n.inputs), list(n.outputs)))
+    if missing:
+        plugins = ", ".join(table.plugins) or "none"
+        raise SessionError(
+            "unsupported_operator",
+            f"no installed plugin provides {', '.join(missing)} (plugins in use: {plugins})",
+            operators=missing,
+        )
+    return resolved
+
+
+def _check_exact(nodes: list[PassNode]) -> None:
+    lacking: list[str] = []
+    for n in nodes:
+        if not n.op_def.flag("supports_exact"):
+            label = f"{n.op_type} (opset {n.info.opset})"
+            if label not in lacking:
+                lacking.append(label)
+    if lacking:
+        raise SessionError(
+            "exact_mode_unavailable",
+            f"exact mode is not available for {', '.join(lacking)}; use mode='fast' or a plugin "
+            "with exact kernels for them",
+            operators=lacking,
+        )
+
+
+def _build_kernel(node: PassNode, path: KernelPath | None) -> OpKernel:
+    factory = node.op_def.factory
+    if path is not None:
+        native = path.kernels.get((node.info.domain, node.op_type))
+        if native is not None:
+            base = factory
+            factory = lambda info, _n=native, _b=base: _n(info, _b)  # noqa: E731
+    try:
+        return factory(node.info)
+    except SessionError:
+        raise
+    except Exception as exc:
+        raise SessionError(
+            "invalid_model", f"{node.info.label}: {type(exc).__name__}: {exc}", node=node.info.name
+        ) from exc
+
+
+def _weights(initializers: dict[str, np.ndarray], storage: str) -> dict[str, np.ndarray]:
+    """Weights as the session keeps them; float16/bfloat16 storage rounds float32 weights."""
+    if storage == "original":
+        return dict(initializers)
+    if storage not in ("float16", "bfloat16"):
+        raise SessionError(
+            "unsupported", f"weight_storage must be original, float16 or bfloat16, not {storage!r}"
+        )
+    from graphrt import dtypes
+
+    low = np.dtype(np.float16) if storage == "float16" else dtypes.from_onnx(16)
+    out = {}
+    for name, w in initializers.items():
+        if w.dtype == np.float32 and w.size > 1:
+            out[name] = w.astype(low).astype(np.float32)
+        else:
+            out[name] = w
+    return out

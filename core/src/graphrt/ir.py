@@ -1,0 +1,325 @@
+"""Importing an ONNX model: weights copied out, external data checked, nodes in dependency order.
+
+The result (:class:`IrModel`) no longer refers to the ``ModelProto``'s tensors, so the model
+can be dropped once a session exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from graphrt import dtypes
+from graphrt.errors import SessionError
+
+__all__ = ["IrModel", "IrNode", "ValueDecl", "import_model", "read_model"]
+
+Dim = int | str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueDecl:
+    """A graph input or output as declared: element type, dims (int, symbol or None), kind."""
+
+    name: str
+    dtype: np.dtype | None
+    dims: tuple[Dim, ...] | None  # None: no shape declared (any rank)
+    kind: str = "tensor"  # tensor, sequence, optional
+    type_proto: Any = None
+
+    @property
+    def type(self) -> str:
+        if self.kind != "tensor":
+            return self.kind
+        return dtypes.name_of(self.dtype)
+
+
+@dataclasses.dataclass
+class IrNode:
+    proto: onnx.NodeProto
+    op_type: str
+    domain: str
+    name: str
+    inputs: list[str]  # "" for an absent optional input
+    outputs: list[str]
+
+
+@dataclasses.dataclass
+class IrModel:
+    inputs: list[ValueDecl]
+    outputs: list[ValueDecl]
+    initializers: dict[str, np.ndarray]
+    nodes: list[IrNode]
+    opsets: dict[str, int]
+    value_info: dict[str, ValueDecl]
+    functions: list[onnx.FunctionProto]
+    base_dir: str | None
+    graph_name: str = ""
+    producer: str = ""
+
+
+def check_cancelled(token: Any) -> None:
+    """Raise SessionError("cancelled") when ``token`` (a CancellationToken) has been cancelled."""
+    if token is None:
+        return
+    cancelled = getattr(token, "cancelled", None)
+    if cancelled is None and hasattr(token, "is_cancelled"):
+        cancelled = token.is_cancelled()
+    if cancelled:
+        raise SessionError("cancelled", "the operation was cancelled")
+
+
+def read_model(model: Any) -> tuple[onnx.ModelProto, str | None]:
+    """A ModelProto (without loading external data) and the folder external data is read from."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_model_from_string(bytes(model)), None
+        except Exception as exc:
+            raise SessionError("invalid_model", f"the bytes are not an ONNX model: {exc}") from exc
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise SessionError("invalid_model", f"no model file at {path!r}")
+        try:
+            proto = onnx.load(path, load_external_data=False)
+        except Exception as exc:
+            raise SessionError("invalid_model", f"{path!r} is not an ONNX model: {exc}") from exc
+        return proto, os.path.dirname(os.path.abspath(path))
+    raise SessionError(
+        "invalid_model",
+        f"a model is a path, bytes or onnx.ModelProto, not {type(model).__name__}",
+    )
+
+
+def import_model(model: Any, cancellation: Any = None) -> IrModel:
+    proto, base_dir = read_model(model)
+    if not proto.HasField("graph"):
+        raise SessionError("invalid_model", "the model has no graph")
+    opsets: dict[str, int] = {}
+    for imp in proto.opset_import:
+        opsets["" if imp.domain == "ai.onnx" else imp.domain] = int(imp.version)
+    if "" not in opsets:
+        if proto.ir_version and proto.ir_version < 3:
+            opsets[""] = 1
+        else:
+            raise SessionError("invalid_model", "the model imports no ai.onnx opset")
+    graph = proto.graph
+    initializers: dict[str, np.ndarray] = {}
+    for t in graph.initializer:
+        check_cancelled(cancellation)
+        initializers[t.name] = tensor_to_array(t, base_dir)
+    for st in graph.sparse_initializer:
+        check_cancelled(cancellation)
+        initializers[st.values.name] = _sparse_to_dense(st, base_dir)
+    inputs = [decl(v) for v in graph.input if v.name not in initializers]
+    outputs = [decl(v) for v in graph.output]
+    value_info = {v.name: decl(v) for v in graph.value_info}
+    nodes = [
+        IrNode(
+            proto=n,
+            op_type=n.op_type,
+            domain="" if n.domain == "ai.onnx" else n.domain,
+            name=n.name,
+            inputs=list(n.input),
+            outputs=list(n.output),
+        )
+        for n in graph.node
+    ]
+    check_cancelled(cancellation)
+    known = {d.name for d in inputs} | set(initializers)
+    nodes = topological_order(nodes, known, cancellation, outer=set())
+    produced = known | {o for n in nodes for o in n.outputs if o}
+    for out in outputs:
+        if out.name not in produced:
+            raise SessionError("invalid_model", f"graph output {out.name!r} is never produced")
+    return IrModel(
+        inputs=inputs,
+        outputs=outputs,
+        initializers=initializers,
+        nodes=nodes,
+        opsets=opsets,
+        value_info=value_info,
+        functions=list(proto.functions),
+        base_dir=base_dir,
+        graph_name=graph.name,
+        producer=proto.producer_name,
+    )
+
+
+def topological_order(
+    nodes: list[IrNode], known: set[str], cancellation: Any, outer: set[str]
+) -> list[IrNode]:
+    """Nodes in an order where every input is produced first (graph order kept where valid).
+
+    An input nothing produces is an invalid model, named with its node.  ``outer`` holds names a
+    subgraph may read from enclosing graphs.
+    """
+    available = set(known) | set(outer)
+    producers: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.outputs:
+            if o:
+                if o in producers or o in known:
+                    raise SessionError(
+                        "invalid_model", f"value {o!r} is produced twice (node {n.name!r})", node=n.name
+                    )
+                producers[o] = i
+    order: list[IrNode] = []
+    done = [False] * len(nodes)
+    pending = list(range(len(nodes)))
+    while pending:
+        check_cancelled(cancellation)
+        progressed = False
+        still = []
+        for i in pending:
+            n = nodes[i]
+            needs = [x for x in n.inputs if x] + _subgraph_reads(n.proto)
+            if all(x in available for x in needs):
+                order.append(n)
+                done[i] = True
+                available.update(o for o in n.outputs if o)
+                progressed = True
+            else:
+                still.append(i)
+        if not progressed:
+            n = nodes[still[0]]
+            needs = [x for x in n.inputs if x] + _subgraph_reads(n.proto)
+            missing = [x for x in needs if x not in available]
+            cyclic = [x for x in missing if x in producers]
+            what = "a cycle through" if cyclic else "undefined input(s)"
+            raise SessionError(
+                "invalid_model",
+                f"node {n.name!r} ({n.op_type}) has {what} {', '.join(map(repr, missing))}",
+                node=n.name,
+            )
+        pending = still
+    return order
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node's subgraphs read from enclosing scopes (If/Loop/Scan bodies)."""
+    reads: list[str] = []
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            reads.extend(graph_outer_reads(g))
+    return reads
+
+
+def graph_outer_reads(graph: onnx.GraphProto) -> list[str]:
+    """Names a graph reads that it does not define itself, in first-use order."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    seen: list[str] = []
+    for n in graph.node:
+        for x in list(n.input) + _subgraph_reads(n):
+            if x and x not in defined and x not in seen:
+                seen.append(x)
+        defined.update(o for o in n.output if o)
+    for o in graph.output:
+        if o.name not in defined and o.name not in seen:
+            seen.append(o.name)
+    return seen
+
+
+def decl(v: onnx.ValueInfoProto) -> ValueDecl:
+    t = v.type
+    which = t.WhichOneof("value")
+    if which == "tensor_type":
+        tt = t.tensor_type
+        try:
+            dtype = dtypes.from_onnx(tt.elem_type) if tt.elem_type else None
+        except KeyError:
+            dtype = None
+        dims = None
+        if tt.HasField("shape"):
+            dims = tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tt.shape.dim
+            )
+        return ValueDecl(v.name, dtype, dims, "tensor", t)
+    if which == "sequence_type":
+        return ValueDecl(v.name, None, None, "sequence", t)
+    if which == "optional_type":
+        return ValueDecl(v.name, None, None, "optional", t)
+    return ValueDecl(v.name, None, None, "tensor" if which is None else str(which), t)
+
+
+def tensor_to_array(t: TensorProto, base_dir: str | None) -> np.ndarray:
+    """A TensorProto as a numpy array we own, reading external data from ``base_dir`` only."""
+    if t.data_location == TensorProto.EXTERNAL:
+        t = _with_external_data(t, base_dir)
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as exc:
+        raise SessionError("invalid_model", f"tensor {t.name!r} cannot be read: {exc}") from exc
+    return np.array(arr, copy=True)
+
+
+def _with_external_data(t: TensorProto, base_dir: str | None) -> TensorProto:
+    info = {e.key: e.value for e in t.external_data}
+    location = info.get("location", "")
+    if base_dir is None:
+        raise SessionError(
+            "invalid_model",
+            f"tensor {t.name!r} keeps its data in {location!r}; load the model from a path so "
+            "external data can be found beside it",
+        )
+    if not location or os.path.isabs(location) or location.startswith(("/", "\\")):
+        raise SessionError(
+            "invalid_model", f"tensor {t.name!r}: external data location {location!r} is absolute"
+        )
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise SessionError(
+            "invalid_model",
+            f"tensor {t.name!r}: external data location {location!r} leaves the model's folder",
+        )
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, path]) != root:
+        raise SessionError(
+            "invalid_model",
+            f"tensor {t.name!r}: external data location {location!r} resolves outside the model's "
+            "folder (a symbolic link?)",
+        )
+    if not os.path.isfile(path):
+        raise SessionError("invalid_model", f"tensor {t.name!r}: external data file {location!r} is missing")
+    offset = int(info.get("offset", 0) or 0)
+    length = info.get("length")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(int(length)) if length is not None else f.read()
+    copy = TensorProto()
+    copy.CopyFrom(t)
+    del copy.external_data[:]
+    copy.data_location = TensorProto.DEFAULT
+    copy.raw_data = data
+    return copy
+
+
+def _sparse_to_dense(st: onnx.SparseTensorProto, base_dir: str | None) -> np.ndarray:
+    values = tensor_to_array(st.values, base_dir)
+    indices = tensor_to_array(st.indices, base_dir).astype(np.int64)
+    out = np.zeros(tuple(st.dims), dtype=values.dtype)
+    if indices.ndim == 1:
+        out.reshape(-1)[indices] = values
+    else:
+        out[tuple(indices.T)] = values
+    return out
+
+
+def iter_subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs

@@ -1,0 +1,324 @@
+"""The operator contract: what a plugin writes to add an operator.
+
+One operator (or one family) is one :class:`OpKernel` subclass plus one :class:`OpDef` line in
+its plugin's table.  A kernel object is built once per node when a session is created and is
+shared by every plan and every concurrent run, so it holds only what the node's attributes fixed.
+Everything that depends on input shapes is computed in :meth:`OpKernel.infer` and handed back to
+:meth:`OpKernel.run` through ``ctx.prepared``.
+
+The planner calls ``infer`` once per plan (once per run for dynamic nodes); ``run`` writes into
+output arrays the plan already placed in the run state's slab, so a steady-state run allocates
+nothing.  Kernels that cannot know their output shapes before running set
+``outputs_data_dependent`` and allocate through :meth:`KernelContext.allocate_output`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from graphrt.errors import SessionError
+
+__all__ = [
+    "InferContext",
+    "KernelContext",
+    "NeedsRunTimeValues",
+    "NodeInfo",
+    "OpDef",
+    "OpKernel",
+    "evaluate_node",
+]
+
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    """What a kernel factory may read of the node it is built for."""
+
+    name: str
+    op_type: str
+    domain: str
+    opset: int
+    attrs: dict[str, Any]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    #: The ``onnx.NodeProto`` for factories that need graph attributes (If, Loop, Scan).
+    proto: Any = None
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    @property
+    def label(self) -> str:
+        return f"{self.op_type} node {self.name!r}" if self.name else f"{self.op_type} node"
+
+
+class NeedsRunTimeValues(Exception):
+    """Raised by :meth:`InferContext.value` when an input's value is unknown at plan time.
+
+    The planner catches it and schedules the node as dynamic: shaped again in every run with the
+    real input values.  Kernels normally never catch it themselves.
+    """
+
+
+class OpKernel:
+    """Base class of every kernel.
+
+    Subclasses set the class flags and implement :meth:`infer` and :meth:`run`.  The constructor
+    receives the :class:`NodeInfo`; it should parse and validate attributes once, raising
+    ``SessionError("invalid_model", ...)`` for bad ones.
+    """
+
+    #: Follows docs/exact-mode.md when ``ctx.exact`` is set; False means "not exact".
+    supports_exact: ClassVar[bool] = False
+    #: Output 0 may share the storage of this input when that input dies at this node.
+    in_place_input: ClassVar[int | None] = None
+    #: Output 0 is input 0 reinterpreted with the inferred shape; ``run`` is never called.
+    view_of_input: ClassVar[bool] = False
+    #: Output shapes depend on input values: ``infer`` is not called, ``run`` allocates.
+    outputs_data_dependent: ClassVar[bool] = False
+
+    def __init__(self, node: NodeInfo) -> None:
+        self.node = node
+
+    def infer(self, ctx: InferContext) -> None:
+        """State every output's element type and shape for the concrete input shapes."""
+        raise NotImplementedError(f"{type(self).__name__}.infer")
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """Compute the outputs into the arrays in ``outputs`` (absent optional ones are None)."""
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
+    def bind(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        """Return a zero-argument callable that runs this step on fixed arrays.
+
+        Called once per run state for static steps, so the run loop is a list of calls.  A kernel
+        may return something cheaper than the default (``functools.partial(np.add, a, b,
+        out=c)``) as long as it computes the same bits as :meth:`run`.
+        """
+        return functools.partial(self.run, ctx, inputs, outputs)
+
+    # -- helpers for kernels -------------------------------------------------------------
+    def fail(self, message: str, kind: str = "invalid_model") -> SessionError:
+        return SessionError(kind, f"{self.node.label}: {message}", node=self.node.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDef:
+    """One line of a plugin's operator table.
+
+    ``since`` and ``until`` bound the opset versions (of ``domain``) the kernel implements,
+    both inclusive; ``until=None`` means every later version.  ``priority`` settles two plugins
+    claiming the same operator: the higher wins, a tie is an error naming both.
+    """
+
+    op_type: str
+    factory: Callable[[NodeInfo], OpKernel]
+    since: int = 1
+    until: int | None = None
+    domain: str = ""
+    priority: int = 0
+    #: Filled in by the plugin manager: the plugin that provided this definition.
+    plugin: str = ""
+
+    def covers(self, opset: int) -> bool:
+        return self.since <= opset and (self.until is None or opset <= self.until)
+
+    def overlaps(self, other: OpDef) -> bool:
+        lo = max(self.since, other.since)
+        hi_a = self.until if self.until is not None else 1 << 30
+        hi_b = other.until if other.until is not None else 1 << 30
+        return lo <= min(hi_a, hi_b)
+
+    def flag(self, name: str) -> Any:
+        return getattr(self.factory, name, getattr(OpKernel, name, None))
+
+    @property
+    def opset_range(self) -> str:
+        return f"{self.since}+" if self.until is None else f"{self.since}-{self.until}"
+
+
+class InferContext:
+    """What ``infer`` sees: input types, shapes and (when known) values; where it states outputs."""
+
+    __slots__ = ("_dtypes", "_shapes", "_values", "_out", "_const", "prepared", "exact", "scratch")
+
+    def __init__(
+        self,
+        dtypes: Sequence[np.dtype | None],
+        shapes: Sequence[Shape | None],
+        values: Sequence[Any],
+        n_outputs: int,
+        exact: bool = False,
+    ) -> None:
+        self._dtypes = list(dtypes)
+        self._shapes = list(shapes)
+        self._values = list(values)
+        self._out: list[tuple[np.dtype, Shape] | None] = [None] * n_outputs
+        self._const: list[Any] = [None] * n_outputs
+        #: Per-plan data the kernel hands to ``run`` (a reshaped weight, a chosen path).
+        self.prepared: Any = None
+        self.exact = exact
+        #: (dtype, shape) of temporary arrays ``run`` needs; placed in the slab by the planner.
+        self.scratch: list[tuple[np.dtype, Shape]] = []
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self._dtypes)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._out)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self._dtypes) and self._dtypes[i] is not None
+
+    def dtype(self, i: int) -> np.dtype:
+        return self._dtypes[i]
+
+    def shape(self, i: int) -> Shape:
+        return self._shapes[i]
+
+    def value(self, i: int) -> np.ndarray:
+        """The input's value: a constant at plan time, the real tensor for dynamic nodes.
+
+        Raises :class:`NeedsRunTimeValues` when the value is not known yet; the planner then makes
+        the node dynamic and calls ``infer`` again in every run.
+        """
+        v = self._values[i] if i < len(self._values) else None
+        if v is None:
+            raise NeedsRunTimeValues(i)
+        return v
+
+    def known_value(self, i: int) -> np.ndarray | None:
+        """The input's value if known now, else None (never makes the node dynamic)."""
+        return self._values[i] if i < len(self._values) else None
+
+    def set_output(self, i: int, dtype: Any, shape: Sequence[int]) -> None:
+        if i >= len(self._out):
+            return
+        self._out[i] = (np.dtype(dtype), tuple(int(d) for d in shape))
+
+    def set_constant_output(self, i: int, value: Any) -> None:
+        """State that output i is this constant for these shapes (Shape, Size, Constant)."""
+        if i >= len(self._out):
+            return
+        arr = np.asarray(value)
+        self._const[i] = arr
+        self._out[i] = (arr.dtype, arr.shape)
+
+    def add_scratch(self, dtype: Any, shape: Sequence[int]) -> int:
+        """Ask for a temporary array live only during this step; ``ctx.scratch[k]`` in run."""
+        self.scratch.append((np.dtype(dtype), tuple(int(d) for d in shape)))
+        return len(self.scratch) - 1
+
+    # -- read by the planner -------------------------------------------------------------
+    def output_types(self) -> list[tuple[np.dtype, Shape] | None]:
+        return self._out
+
+    def constant_outputs(self) -> list[Any]:
+        return self._const
+
+
+class KernelContext:
+    """What ``run`` sees besides its arrays; one per step per run state, reused across runs."""
+
+    __slots__ = ("prepared", "scratch", "exact", "pool", "arena", "allocated", "node")
+
+    def __init__(
+        self,
+        prepared: Any = None,
+        scratch: Sequence[np.ndarray] = (),
+        exact: bool = False,
+        pool: Any = None,
+        arena: Any = None,
+        node: NodeInfo | None = None,
+    ) -> None:
+        self.prepared = prepared
+        self.scratch = list(scratch)
+        self.exact = exact
+        #: :class:`graphrt.threads.IntraOpPool`; ``pool.map_chunks(n, fn)`` splits work.
+        self.pool = pool
+        self.arena = arena
+        self.allocated: list[Any] = []
+        self.node = node
+
+    def allocate_output(self, i: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
+        """For data-dependent kernels: an output array of the given type and shape."""
+        dtype = np.dtype(dtype)
+        if self.arena is not None:
+            arr = self.arena.allocate(dtype, tuple(shape))
+        else:
+            arr = np.empty(tuple(shape), dtype=dtype)
+        while len(self.allocated) <= i:
+            self.allocated.append(None)
+        self.allocated[i] = arr
+        return arr
+
+    def set_output(self, i: int, value: Any) -> None:
+        """For data-dependent kernels whose output is not a tensor (sequences, optionals)."""
+        while len(self.allocated) <= i:
+            self.allocated.append(None)
+        self.allocated[i] = value
+
+    def parallel_for(self, n: int, fn: Callable[[int], None]) -> None:
+        """Call ``fn(i)`` for i in range(n), split over the intra-op threads.
+
+        The split is over independent outputs, and ``n`` must depend on shapes only, never on the
+        thread count, so results do not depend on how many threads ran them.
+        """
+        if self.pool is None or n <= 1:
+            for i in range(n):
+                fn(i)
+        else:
+            self.pool.parallel_for(n, fn)
+
+
+def evaluate_node(
+    kernel: OpKernel,
+    inputs: Sequence[Any],
+    num_outputs: int,
+    exact: bool = False,
+    pool: Any = None,
+) -> list[Any]:
+    """Run one kernel on concrete inputs, allocating its outputs.
+
+    Used for constant evaluation at plan time, for dynamic nodes and by tests of single kernels.
+    The result is the same as inside a plan: the same ``infer`` and ``run`` are called.
+    """
+    dtypes = [None if x is None else _dtype_of(x) for x in inputs]
+    shapes = [None if x is None else _shape_of(x) for x in inputs]
+    kctx = KernelContext(exact=exact, pool=pool, node=kernel.node)
+    if kernel.outputs_data_dependent:
+        kernel.run(kctx, list(inputs), [None] * num_outputs)
+        out = list(kctx.allocated) + [None] * (num_outputs - len(kctx.allocated))
+        return out[:num_outputs]
+    ictx = InferContext(dtypes, shapes, list(inputs), num_outputs, exact=exact)
+    kernel.infer(ictx)
+    consts = ictx.constant_outputs()
+    types = ictx.output_types()
+    if kernel.view_of_input:
+        dtype, shape = types[0]
+        return [np.asarray(inputs[0]).reshape(shape)] + [None] * (num_outputs - 1)
+    if any(c is not None for c in consts):
+        return [None if c is None else c for c in consts]
+    outs = [None if t is None else np.empty(t[1], dtype=t[0]) for t in types]
+    kctx.prepared = ictx.prepared
+    kctx.scratch = [np.empty(s, dtype=d) for d, s in ictx.scratch]
+    kernel.run(kctx, list(inputs), outs)
+    return outs
+
+
+def _dtype_of(x: Any) -> np.dtype | None:
+    return x.dtype if isinstance(x, np.ndarray) else np.dtype(object)
+
+
+def _shape_of(x: Any) -> Shape:
+    return x.shape if isinstance(x, np.ndarray) else ()

@@ -1,0 +1,71 @@
+"""BatchNormalization folded into the Conv before it (inference only).
+
+Conv(X, W, B) -> BatchNormalization(scale, bias, mean, var) becomes Conv(X, W', B') with
+W' = W * s and B' = (B - mean) * s + bias, s = scale / sqrt(var + epsilon), per output channel.
+It changes rounding (one multiply fewer per element), so it does not preserve bits and is
+skipped in exact mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from graphrt.passes import GraphPass, PassContext, PassGraph, PassNode
+
+
+class FuseBatchNormIntoConv(GraphPass):
+    name = "fuse_batchnorm_into_conv"
+    min_level = "all"
+    preserves_bits = False
+    order = 50
+
+    def run(self, graph: PassGraph, ctx: PassContext) -> bool:
+        changed = False
+        for bn in list(graph.nodes):
+            if bn.op_type != "BatchNormalization" or bn not in graph.nodes:
+                continue
+            fused = self._fuse(graph, bn)
+            if fused is not None:
+                conv, new = fused
+                graph.replace([conv, bn], new)
+                changed = True
+        return changed
+
+    def _fuse(self, graph: PassGraph, bn: PassNode) -> tuple[PassNode, PassNode] | None:
+        if len([o for o in bn.outputs if o]) != 1 or bn.info.attrs.get("training_mode", 0):
+            return None
+        if bn.info.opset < 7 and not bn.info.attrs.get("is_test", 0) and bn.info.opset < 6:
+            return None
+        if bn.info.attrs.get("spatial", 1) != 1:
+            return None
+        conv = graph.producer(bn.inputs[0])
+        if conv is None or conv.op_type != "Conv" or conv.info.domain != bn.info.domain:
+            return None
+        if len(graph.consumers(conv.outputs[0])) != 1 or graph.is_graph_output(conv.outputs[0]):
+            return None
+        params = [graph.constants.get(x) for x in bn.inputs[1:5]]
+        w = graph.constants.get(conv.inputs[1])
+        if w is None or any(p is None for p in params):
+            return None
+        b = graph.constants.get(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if w.dtype not in (np.float32, np.float64) or len(conv.inputs) > 3:
+            return None
+        scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
+        eps = float(bn.info.attrs.get("epsilon", 1e-5))
+        s = scale / np.sqrt(var + eps)
+        if s.shape != (w.shape[0],):
+            return None
+        w2 = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b0 = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
+        b2 = ((b0 - mean) * s + bias).astype(w.dtype)
+        inputs = [
+            conv.inputs[0],
+            graph.add_constant(conv.inputs[1] + "_bnfused", w2),
+            graph.add_constant((conv.outputs[0] or "conv") + "_bias_bnfused", b2),
+        ]
+        # The fused node keeps the Conv's NodeInfo (errors still name a node the model has) but
+        # writes the BatchNormalization's output.
+        info = dataclasses.replace(conv.info, inputs=tuple(inputs), outputs=tuple(bn.outputs))
+        return conv, PassNode(info, conv.op_def, inputs, list(bn.outputs))

@@ -1,0 +1,60 @@
+"""Kernel paths: alternative kernels chosen once per session from hardware checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+
+from graphrt.errors import SessionError
+from graphrt.kernel import NodeInfo, OpKernel
+
+__all__ = ["BASE_PATH", "KernelPath", "choose_path"]
+
+#: The numpy kernels of the operator table itself: always present.
+BASE_PATH = "numpy"
+ENV_VAR = "GRAPHRT_KERNEL_PATH"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelPath:
+    """A set of kernels that replace the table's for the operators it covers.
+
+    ``rank`` orders paths when the user asks for "auto": the available path with the highest
+    rank wins.  ``kernels`` maps (domain, op_type) to a factory taking the node and the table's
+    own factory (so a native kernel can fall back to the numpy one for cases it does not handle).
+    """
+
+    name: str
+    rank: int
+    available: Callable[[], bool]
+    kernels: Mapping[tuple[str, str], Callable[[NodeInfo, Callable[[NodeInfo], OpKernel]], OpKernel]]
+    plugin: str = ""
+
+
+def choose_path(paths: list[KernelPath], requested: str | None) -> KernelPath | None:
+    """The path for a session: the forced one, or the best available; None means numpy."""
+    requested = requested or os.environ.get(ENV_VAR) or "auto"
+    if requested == BASE_PATH:
+        return None
+    if requested == "auto":
+        usable = [p for p in paths if _safe_available(p)]
+        return max(usable, key=lambda p: p.rank) if usable else None
+    for p in paths:
+        if p.name == requested:
+            if not _safe_available(p):
+                raise SessionError(
+                    "unsupported", f"kernel path {requested!r} is not available on this machine"
+                )
+            return p
+    known = ", ".join([BASE_PATH, "auto"] + [p.name for p in paths])
+    raise SessionError(
+        "unsupported", f"unknown kernel path {requested!r}; installed paths: {known}"
+    )
+
+
+def _safe_available(path: KernelPath) -> bool:
+    try:
+        return bool(path.available())
+    except Exception:  # a broken hardware check means "not available", never a crash
+        return False

@@ -1,0 +1,300 @@
+"""ExecutionPlan: everything fixed by one list of input element types and shapes.
+
+Making a plan (seed 000, section 3): nodes are visited in order and each kernel's ``infer``
+states its outputs; a node whose inputs are all constants is evaluated now (unless the result
+is larger than both its inputs and 64 KiB); a node with a run-time-shaped input, data-dependent
+outputs, or that needs run-time values is scheduled as dynamic; static values get slab offsets
+from :mod:`graphrt.memory`.  A plan is immutable and shared by concurrent runs; run states (slab,
+bound kernel calls) are pooled per plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import numpy as np
+
+from graphrt import dtypes
+from graphrt.compiled import CNode, CompiledGraph
+from graphrt.errors import SessionError
+from graphrt.kernel import InferContext, NeedsRunTimeValues, evaluate_node
+from graphrt.memory import MemoryPlan, MemStep, plan_memory
+
+__all__ = ["CONST_EVAL_LIMIT", "MAX_SLAB", "ExecutionPlan", "Step", "build_plan"]
+
+CONST_EVAL_LIMIT = 64 * 1024
+MAX_SLAB = 2 * 1024**3
+MAX_IDLE_STATES = 8
+
+STATIC, VIEW, DYNAMIC = "static", "view", "dynamic"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    node: CNode
+    kind: str  # static, view or dynamic
+    prepared: Any = None
+    scratch: tuple[tuple[np.dtype, tuple[int, ...]], ...] = ()
+    scratch_ids: tuple[int, ...] = ()  # ids in the memory plan (beyond value ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueType:
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class ExecutionPlan:
+    """A plan for one input signature; immutable once built, shared by every run using it."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        key: tuple,
+        steps: list[Step],
+        types: dict[int, ValueType],
+        constants: dict[int, np.ndarray],
+        dynamic_values: set[int],
+        memory: MemoryPlan,
+        folded: int,
+        debug: bool,
+    ) -> None:
+        self.graph = graph
+        self.key = key
+        self.steps = steps
+        self.types = types
+        self.constants = constants
+        self.dynamic_values = dynamic_values
+        self.memory = memory
+        self.folded = folded
+        self.debug = debug
+        self._idle: list[Any] = []
+        self._idle_lock = threading.Lock()
+        #: How many run states this plan ever created (pools make this small).
+        self.states_created = 0
+
+    @property
+    def slab_size(self) -> int:
+        return self.memory.size
+
+    @property
+    def static(self) -> bool:
+        return not self.dynamic_values
+
+    # -- run-state pool --------------------------------------------------------------------------
+    def acquire(self, pool: Any) -> Any:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            from graphrt.runstate import RunState
+
+            with self._idle_lock:
+                self.states_created += 1
+            return RunState(self, pool)
+
+    def release(self, state: Any) -> None:
+        if len(self._idle) < MAX_IDLE_STATES:
+            self._idle.append(state)
+
+
+def signature(feeds: list[np.ndarray]) -> tuple:
+    return tuple((x.dtype.str, x.shape) for x in feeds)
+
+
+def build_plan(
+    graph: CompiledGraph,
+    input_types: list[tuple[np.dtype, tuple[int, ...]]],
+    *,
+    debug: bool = False,
+) -> ExecutionPlan:
+    types: dict[int, ValueType] = {}
+    constants: dict[int, np.ndarray] = dict(graph.constants)
+    dynamic: set[int] = set()
+    for vid, (dt, shape) in zip(graph.input_ids, input_types):
+        types[vid] = ValueType(np.dtype(dt), tuple(shape))
+    for vid, value in graph.constants.items():
+        types[vid] = ValueType(value.dtype, value.shape) if isinstance(value, np.ndarray) else None
+    steps: list[Step] = []
+    folded = 0
+    exact = graph.exact
+
+    for node in graph.nodes:
+        kernel = node.kernel
+        ins = node.inputs
+        if any(v in dynamic for v in ins if v >= 0):
+            steps.append(Step(node, DYNAMIC))
+            dynamic.update(o for o in node.outputs if o >= 0)
+            continue
+        for v in ins:
+            if v >= 0 and v not in types and v not in constants:
+                raise SessionError(
+                    "invalid_model",
+                    f"{node.info.label} reads {graph.names[v]!r}, which nothing produced",
+                    node=node.info.name,
+                )
+        all_const = all(v < 0 or v in constants for v in ins)
+        if all_const and _foldable(node):
+            args = [constants[v] if v >= 0 else None for v in ins]
+            try:
+                values = evaluate_node(kernel, args, len(node.outputs), exact=exact)
+            except NeedsRunTimeValues:  # pragma: no cover - every input is known here
+                values = None
+            if values is not None and _fold_allowed(args, values):
+                for o, val in zip(node.outputs, values):
+                    if o >= 0:
+                        constants[o] = val
+                        types[o] = ValueType(val.dtype, val.shape) if isinstance(val, np.ndarray) else None
+                folded += 1
+                continue
+        if kernel.outputs_data_dependent:
+            steps.append(Step(node, DYNAMIC))
+            dynamic.update(o for o in node.outputs if o >= 0)
+            continue
+        ctx = InferContext(
+            [types[v].dtype if v >= 0 and types.get(v) else None for v in ins],
+            [types[v].shape if v >= 0 and types.get(v) else None for v in ins],
+            [constants.get(v) if v >= 0 else None for v in ins],
+            len(node.outputs),
+            exact=exact,
+        )
+        try:
+            kernel.infer(ctx)
+        except NeedsRunTimeValues:
+            steps.append(Step(node, DYNAMIC))
+            dynamic.update(o for o in node.outputs if o >= 0)
+            continue
+        except SessionError as exc:
+            if exc.node is None:
+                exc.node = node.info.name
+            raise
+        except Exception as exc:
+            raise SessionError(
+                "invalid_input",
+                f"{node.info.label}: {type(exc).__name__}: {exc}",
+                node=node.info.name,
+            ) from exc
+        out_types = ctx.output_types()
+        consts = ctx.constant_outputs()
+        for i, o in enumerate(node.outputs):
+            if o >= 0 and out_types[i] is None:
+                raise SessionError(
+                    "invalid_model",
+                    f"{node.info.label}: the kernel ({type(kernel).__name__}) stated no type for "
+                    f"output {i}",
+                    node=node.info.name,
+                )
+        if any(c is not None for c in consts):
+            for o, c in zip(node.outputs, consts):
+                if o >= 0:
+                    constants[o] = c
+                    types[o] = ValueType(c.dtype, c.shape)
+            folded += 1
+            continue
+        for o, t in zip(node.outputs, out_types):
+            if o >= 0:
+                types[o] = ValueType(*t)
+                if t[0] == np.dtype(object):  # strings cannot live in the slab
+                    dynamic.add(o)
+        if kernel.view_of_input:
+            src = ins[0]
+            if src in constants:
+                constants[node.outputs[0]] = constants[src].reshape(out_types[0][1])
+                folded += 1
+                continue
+            steps.append(Step(node, VIEW))
+            continue
+        if any(o in dynamic for o in node.outputs):
+            steps.append(Step(node, DYNAMIC))
+            continue
+        steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch)))
+
+    memory, steps = _plan_memory(graph, steps, types, constants, dynamic)
+    if memory.size > MAX_SLAB:
+        raise SessionError(
+            "unsupported",
+            f"the plan needs a {memory.size / 2**30:.1f} GiB slab for these input shapes; graphrt "
+            "refuses plans over 2 GiB",
+        )
+    key = tuple((np.dtype(d).str, tuple(s)) for d, s in input_types)
+    return ExecutionPlan(graph, key, steps, types, constants, dynamic, memory, folded, debug)
+
+
+def _foldable(node: CNode) -> bool:
+    proto = node.info.proto
+    if proto is not None and any(a.type in (5, 10) for a in proto.attribute):
+        return False
+    return node.info.op_type not in (
+        "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+        "Multinomial", "Bernoulli",
+    )
+
+
+def _fold_allowed(args: list[Any], values: list[Any]) -> bool:
+    """Fold unless the result is larger than both (every) input and 64 KiB."""
+    biggest_in = max((a.nbytes for a in args if isinstance(a, np.ndarray)), default=0)
+    for v in values:
+        if v is None:
+            continue
+        if not isinstance(v, np.ndarray):
+            return False
+        if v.nbytes > CONST_EVAL_LIMIT and v.nbytes > biggest_in:
+            return False
+    return True
+
+
+def _plan_memory(
+    graph: CompiledGraph,
+    steps: list[Step],
+    types: dict[int, ValueType],
+    constants: dict[int, np.ndarray],
+    dynamic: set[int],
+) -> tuple[MemoryPlan, list[Step]]:
+    """Lay out static values: input staging areas, step outputs, views and scratch."""
+    in_slab = lambda v: v >= 0 and v not in constants and v not in dynamic  # noqa: E731
+    preplaced = {v: types[v].nbytes for v in graph.input_ids if in_slab(v)}
+    next_id = len(graph.names)
+    mem_steps: list[MemStep] = []
+    new_steps: list[Step] = []
+    for st in steps:
+        node = st.node
+        uses = tuple(v for v in node.inputs if in_slab(v))
+        if st.kind == DYNAMIC:
+            mem_steps.append(MemStep(defs={}, uses=uses))
+            new_steps.append(st)
+            continue
+        if st.kind == VIEW:
+            out = node.outputs[0]
+            src = node.inputs[0]
+            views = {out: src} if in_slab(src) else {}
+            mem_steps.append(MemStep(defs={}, uses=uses, views=views))
+            new_steps.append(st)
+            continue
+        defs = {o: types[o].nbytes for o in node.outputs if in_slab(o)}
+        in_place = None
+        ip = node.kernel.in_place_input
+        if ip is not None and ip < len(node.inputs) and node.outputs and in_slab(node.outputs[0]):
+            src = node.inputs[ip]
+            if in_slab(src) and types[src].dtype == types[node.outputs[0]].dtype:
+                in_place = (node.outputs[0], src)
+        scratch_ids = []
+        scratch = {}
+        for dt, shape in st.scratch:
+            scratch_ids.append(next_id)
+            scratch[next_id] = ValueType(dt, shape).nbytes
+            next_id += 1
+        mem_steps.append(MemStep(defs=defs, uses=uses, in_place=in_place, scratch=scratch))
+        new_steps.append(dataclasses.replace(st, scratch_ids=tuple(scratch_ids)))
+    keep = [v for v in graph.output_ids if in_slab(v)]
+    return plan_memory(mem_steps, preplaced=preplaced, keep=keep), new_steps
+
+
+def describe_type(t: ValueType | None) -> str:
+    if t is None:
+        return "?"
+    return f"{dtypes.name_of(t.dtype)}{list(t.shape)}"

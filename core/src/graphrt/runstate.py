@@ -1,0 +1,223 @@
+"""RunState: the mutable half of a run, pooled per plan.
+
+A run state owns one 64-byte-aligned slab holding every static value of its plan at the plan's
+offsets, the arrays viewing it, an arena for dynamic values, and the program: one bound
+zero-argument call per scheduled step.  A run copies the inputs into their staging areas, calls
+the program in order and hands back the output arrays (which the session copies out).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from graphrt.errors import SessionError
+from graphrt.kernel import InferContext, KernelContext
+from graphrt.memory import ALIGN
+from graphrt.plan import DYNAMIC, STATIC, VIEW, ExecutionPlan, Step
+
+__all__ = ["Arena", "RunState"]
+
+#: Byte written over freed blocks in debug mode: 0xFF... is a NaN in every float type and -1 in
+#: every signed integer, so a stale read shows up in tests.
+POISON = 0xFF
+
+
+class Arena:
+    """Memory for dynamic values and their scratch, reset at the start of every run.
+
+    A bump allocator over one buffer; what does not fit comes from numpy and the buffer grows to
+    the high-water mark at the next reset, so a steady state allocates nothing.
+    """
+
+    def __init__(self, debug: bool = False) -> None:
+        self._buf = np.empty(0, np.uint8)
+        self._used = 0
+        self._overflow = 0
+        self.debug = debug
+
+    def reset(self) -> None:
+        if self._overflow:
+            need = self._used + self._overflow
+            self._buf = _aligned_bytes(int(need * 1.25) + ALIGN)
+        elif self.debug and self._used:
+            self._buf[: self._used].fill(POISON)  # freed arena memory is poisoned too
+        self._used = 0
+        self._overflow = 0
+
+    def allocate(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            return np.empty(shape, dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        start = self._used
+        end = start + (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        if end > self._buf.size:
+            self._overflow += end - start
+            return np.empty(shape, dtype)
+        self._used = end
+        return self._buf[start : start + nbytes].view(dtype).reshape(shape)
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    shift = (-raw.ctypes.data) % ALIGN
+    return raw[shift : shift + nbytes]
+
+
+class RunState:
+    def __init__(self, plan: ExecutionPlan, pool: Any) -> None:
+        self.plan = plan
+        graph = plan.graph
+        mem = plan.memory
+        self.slab = _aligned_bytes(max(mem.size, ALIGN))
+        if plan.debug:
+            self.slab.fill(POISON)
+        self.arena = Arena(plan.debug)
+        self.pool = pool
+        n = max(len(graph.names), 1)
+        values: list[Any] = [None] * n
+        for vid, c in plan.constants.items():
+            values[vid] = c
+        for vid, off in mem.offsets.items():
+            if vid >= len(graph.names) or vid in plan.constants:
+                continue
+            t = plan.types[vid]
+            if mem.root.get(vid, vid) != vid:
+                continue  # views are made from their source below
+            values[vid] = self._slab_array(off, t.dtype, t.shape)
+        self.values = values
+        self.inputs = [values[v] for v in graph.input_ids]
+        program: list[Any] = []
+        self.contexts: list[KernelContext | None] = []
+        for i, st in enumerate(plan.steps):
+            node = st.node
+            if st.kind == VIEW:
+                src = values[node.inputs[0]]
+                values[node.outputs[0]] = src.reshape(plan.types[node.outputs[0]].shape)
+                self.contexts.append(None)
+                continue
+            if st.kind == DYNAMIC:
+                kctx = KernelContext(exact=graph.exact, pool=pool, arena=self.arena, node=node.info)
+                self.contexts.append(kctx)
+                program.append((i, functools.partial(self._run_dynamic, st, kctx)))
+                continue
+            scratch = [
+                self._slab_array(mem.offsets[sid], dt, shape)
+                for sid, (dt, shape) in zip(st.scratch_ids, st.scratch)
+            ]
+            kctx = KernelContext(
+                prepared=st.prepared, scratch=scratch, exact=graph.exact, pool=pool,
+                arena=self.arena, node=node.info,
+            )
+            self.contexts.append(kctx)
+            ins = [values[v] if v >= 0 else None for v in node.inputs]
+            outs = [values[v] if v >= 0 else None for v in node.outputs]
+            program.append((i, node.kernel.bind(kctx, ins, outs)))
+            if plan.debug and mem.freed_after[i]:
+                program.append((i, functools.partial(self._poison, mem.freed_after[i])))
+        self.step_index = [i for i, _ in program]
+        self.program = [f for _, f in program]
+        self.outputs = graph.output_ids
+
+    def _slab_array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return self.slab[offset : offset + nbytes].view(dtype).reshape(shape)
+
+    def _poison(self, blocks: list[tuple[int, int]]) -> None:
+        for off, size in blocks:
+            self.slab[off : off + size].fill(POISON)
+
+    def _run_dynamic(self, st: Step, kctx: KernelContext) -> None:
+        """Shape the node again from the actual tensors and run it into arena memory."""
+        node = st.node
+        kernel = node.kernel
+        values = self.values
+        ins = [values[v] if v >= 0 else None for v in node.inputs]
+        if kernel.outputs_data_dependent:
+            kctx.allocated = []
+            kernel.run(kctx, ins, [None] * len(node.outputs))
+            outs = kctx.allocated + [None] * (len(node.outputs) - len(kctx.allocated))
+        else:
+            ctx = InferContext(
+                [_dtype(x) for x in ins],
+                [_shape(x) for x in ins],
+                ins,
+                len(node.outputs),
+                exact=kctx.exact,
+            )
+            kernel.infer(ctx)
+            consts = ctx.constant_outputs()
+            types = ctx.output_types()
+            if kernel.view_of_input:
+                outs = [ins[0].reshape(types[0][1])]
+            elif any(c is not None for c in consts):
+                outs = consts
+            else:
+                arena = self.arena
+                outs = [None if t is None else arena.allocate(t[0], t[1]) for t in types]
+                kctx.prepared = ctx.prepared
+                kctx.scratch = [arena.allocate(d, s) for d, s in ctx.scratch]
+                kernel.run(kctx, ins, outs)
+        for v, x in zip(node.outputs, outs):
+            if v >= 0:
+                values[v] = x
+
+    def run(self, feeds: list[np.ndarray]) -> list[Any]:
+        """Run the program on inputs already validated; returns the (internal) output values."""
+        self.arena.reset()
+        for dst, src in zip(self.inputs, feeds):
+            np.copyto(dst, src)
+        i = 0
+        program = self.program
+        try:
+            for f in program:
+                f()
+                i += 1
+        except SessionError as exc:
+            if exc.node is None:
+                exc.node = self.plan.steps[self.step_index[i]].node.info.name
+            raise
+        except (ValueError, IndexError, TypeError, KeyError) as exc:
+            node = self.plan.steps[self.step_index[i]].node.info
+            raise SessionError(
+                "invalid_input", f"{node.label} failed: {type(exc).__name__}: {exc}", node=node.name
+            ) from exc
+        values = self.values
+        return [values[v] for v in self.outputs]
+
+    def run_checked(self, feeds: list[np.ndarray], token: Any) -> list[Any]:
+        """Like :meth:`run`, checking a cancellation token between steps."""
+        from graphrt.ir import check_cancelled
+
+        saved = self.program
+        self.program = [_checked(f, token, check_cancelled) for f in saved]
+        try:
+            return self.run(feeds)
+        finally:
+            self.program = saved
+
+
+def _checked(f: Any, token: Any, check: Any) -> Any:
+    def call() -> None:
+        check(token)
+        f()
+
+    return call
+
+
+def _dtype(x: Any) -> np.dtype | None:
+    if x is None:
+        return None
+    return x.dtype if isinstance(x, np.ndarray) else np.dtype(object)
+
+
+def _shape(x: Any) -> tuple[int, ...] | None:
+    if x is None:
+        return None
+    return x.shape if isinstance(x, np.ndarray) else ()
+
+
+STATIC_KIND = STATIC

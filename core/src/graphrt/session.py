@@ -1,0 +1,391 @@
+"""Sessions: the tensor form (names in, names out) and the happy path (arrays in, arrays out).
+
+A session resolves every operator once, runs the graph passes, and then makes one plan per input
+signature (cached, oldest dropped).  ``run`` may be called from any number of threads: plans are
+immutable, each run takes a run state from its plan's pool, and nothing mutable is shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt import dtypes
+from graphrt.compiled import CompiledGraph, compile_model
+from graphrt.errors import SessionError
+from graphrt.ir import ValueDecl, import_model
+from graphrt.paths import choose_path
+from graphrt.plan import ExecutionPlan, build_plan
+from graphrt.plugins import snapshot
+from graphrt.threads import IntraOpPool, blas_session_closed, blas_session_opened, resolve_threads
+
+__all__ = ["CancellationToken", "Model", "NodeArg", "Session", "SessionOptions", "load"]
+
+MODES = ("fast", "exact")
+
+
+class CancellationToken:
+    """Cancels session creation (checked while importing and between operators) or a run."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionOptions:
+    mode: str = "fast"
+    intra_op_threads: int = 0
+    optimization_level: str = "all"
+    weight_storage: str = "original"
+    max_cached_plans: int = 16
+    plugins: tuple[str, ...] | None = None
+    custom_kernels: Any = None
+    check_shapes: bool = False
+    kernel_path: str | None = None
+    debug: bool = False
+    strict_plugins: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SessionError("unsupported", f"mode must be 'fast' or 'exact', not {self.mode!r}")
+        if not isinstance(self.max_cached_plans, int) or self.max_cached_plans < 1:
+            raise SessionError("unsupported", "max_cached_plans must be a positive integer")
+        if not isinstance(self.intra_op_threads, int) or self.intra_op_threads < 0:
+            raise SessionError(
+                "unsupported", "intra_op_threads must be 0 (one per core) or a positive integer"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime reports it: name, type string, dims (int, str or None)."""
+
+    name: str
+    type: str
+    shape: list[int | str | None] | None
+    kind: str = "tensor"
+    dtype: np.dtype | None = None
+
+    @classmethod
+    def of(cls, d: ValueDecl) -> NodeArg:
+        shape = None if d.dims is None else list(d.dims)
+        return cls(d.name, d.type, shape, d.kind, d.dtype)
+
+
+class Session:
+    """A model ready to run: ``run(output_names, input_feed)`` like onnxruntime."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        mode: str = "fast",
+        intra_op_threads: int = 0,
+        optimization_level: str = "all",
+        weight_storage: str = "original",
+        max_cached_plans: int = 16,
+        plugins: Sequence[str] | None = None,
+        custom_kernels: Any = None,
+        check_shapes: bool = False,
+        kernel_path: str | None = None,
+        debug: bool = False,
+        strict_plugins: bool | None = None,
+        cancellation: CancellationToken | None = None,
+    ) -> None:
+        self.options = SessionOptions(
+            mode=mode,
+            intra_op_threads=intra_op_threads,
+            optimization_level=optimization_level,
+            weight_storage=weight_storage,
+            max_cached_plans=max_cached_plans,
+            plugins=None if plugins is None else tuple(plugins),
+            custom_kernels=custom_kernels,
+            check_shapes=check_shapes,
+            kernel_path=kernel_path,
+            debug=debug,
+            strict_plugins=strict_plugins,
+        )
+        self._closed = False
+        ir = import_model(model, cancellation)
+        self._table = snapshot(self.options.plugins, custom_kernels, strict_plugins)
+        path = choose_path(list(self._table.paths), kernel_path)
+        self._graph: CompiledGraph = compile_model(
+            ir,
+            self._table,
+            exact=mode == "exact",
+            level=optimization_level,
+            path=path,
+            weight_storage=weight_storage,
+            cancellation=cancellation,
+        )
+        self.kernel_path = self._graph.kernel_path
+        self.threads = resolve_threads(intra_op_threads)
+        self._pool = IntraOpPool(self.threads)
+        self._plans: dict[tuple, ExecutionPlan] = {}
+        self._plan_lock = threading.Lock()
+        self.plans_built = 0
+        self._inputs = [NodeArg.of(d) for d in ir.inputs]
+        self._outputs = [NodeArg.of(d) for d in ir.outputs]
+        self._input_decls = list(ir.inputs)
+        self._output_index = {d.name: i for i, d in enumerate(ir.outputs)}
+        blas_session_opened()
+        self._finalizer = weakref.finalize(self, _release, self._pool)
+
+    # -- what the model looks like -------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    @property
+    def plugins(self) -> tuple[str, ...]:
+        """The plugins whose operators this session's frozen table holds."""
+        return self._table.plugins
+
+    @property
+    def operator_table(self):
+        return self._table
+
+    @property
+    def graph(self) -> CompiledGraph:
+        return self._graph
+
+    # -- running -------------------------------------------------------------------------------
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        *,
+        out: Mapping[str, np.ndarray] | None = None,
+        cancellation: CancellationToken | None = None,
+    ) -> list[Any]:
+        """Outputs in the order of ``output_names`` (None: every output).
+
+        ``out`` maps output names to caller-provided arrays that are checked and overwritten
+        (and returned); other outputs are new arrays the caller owns.
+        """
+        if self._closed:
+            raise SessionError("closed", "the session is closed")
+        feeds = self._validate_inputs(input_feed)
+        indices = self._output_indices(output_names)
+        out_arrays = self._validate_out(out, indices) if out else None
+        plan = self.plan_for(feeds)
+        results = self._execute(plan, feeds, cancellation)
+        return self._deliver(results, indices, out_arrays)
+
+    def _execute(self, plan: ExecutionPlan, feeds: list[np.ndarray], cancellation: Any) -> list:
+        state = plan.acquire(self._pool)
+        try:
+            with np.errstate(all="ignore"):
+                if cancellation is not None:
+                    return state.run_checked(feeds, cancellation)
+                return state.run(feeds)
+        finally:
+            plan.release(state)
+
+    def _deliver(self, results: list, indices: list[int], out_arrays: dict | None) -> list[Any]:
+        delivered = []
+        for i in indices:
+            value = results[i]
+            if out_arrays is not None and i in out_arrays:
+                target = out_arrays[i]
+                if value.shape != target.shape:
+                    name = self._outputs[i].name
+                    raise SessionError(
+                        "invalid_input",
+                        f"out[{name!r}] has shape {list(target.shape)} but the output has shape "
+                        f"{list(value.shape)}",
+                    )
+                np.copyto(target, value)
+                delivered.append(target)
+            else:
+                delivered.append(_copy_out(value))
+        return delivered
+
+    def plan_for(self, feeds: Sequence[Any]) -> ExecutionPlan:
+        """The plan for these inputs (arrays or (dtype, shape) pairs), made once and cached."""
+        types = [(x.dtype, x.shape) if isinstance(x, np.ndarray) else (np.dtype(x[0]), tuple(x[1])) for x in feeds]
+        key = tuple((np.dtype(d).str, tuple(s)) for d, s in types)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        with self._plan_lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                return plan
+            plan = build_plan(self._graph, types, debug=self.options.debug)
+            plans = dict(self._plans)  # copy on write: readers never lock
+            while len(plans) >= self.options.max_cached_plans:
+                del plans[next(iter(plans))]
+            plans[key] = plan
+            self._plans = plans
+            self.plans_built += 1
+            return plan
+
+    @property
+    def cached_plans(self) -> list[ExecutionPlan]:
+        return list(self._plans.values())
+
+    # -- validation ----------------------------------------------------------------------------
+    def _validate_inputs(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
+        if not isinstance(feed, Mapping):
+            raise SessionError(
+                "invalid_input", f"input_feed must be a dict of name -> array, not {type(feed).__name__}"
+            )
+        known = {d.name for d in self._input_decls}
+        unknown = [k for k in feed if k not in known]
+        if unknown:
+            raise SessionError(
+                "invalid_input",
+                f"unknown input(s) {', '.join(map(repr, unknown))}; the model's inputs are "
+                f"{', '.join(repr(d.name) for d in self._input_decls) or 'none'}",
+            )
+        feeds = []
+        for d in self._input_decls:
+            if d.name not in feed:
+                raise SessionError("invalid_input", f"input {d.name!r} is missing")
+            feeds.append(_check_input(d, feed[d.name]))
+        return feeds
+
+    def _output_indices(self, names: Sequence[str] | None) -> list[int]:
+        if names is None:
+            return list(range(len(self._outputs)))
+        if isinstance(names, str):
+            names = [names]
+        indices = []
+        for n in names:
+            if n not in self._output_index:
+                raise SessionError(
+                    "invalid_input",
+                    f"unknown output {n!r}; the model's outputs are "
+                    f"{', '.join(repr(o.name) for o in self._outputs)}",
+                )
+            indices.append(self._output_index[n])
+        return indices
+
+    def _validate_out(self, out: Mapping[str, np.ndarray], indices: list[int]) -> dict[int, np.ndarray]:
+        arrays = {}
+        for name, arr in out.items():
+            i = self._output_index.get(name)
+            if i is None or i not in indices:
+                raise SessionError("invalid_input", f"out names {name!r}, which is not a requested output")
+            if not isinstance(arr, np.ndarray) or not arr.flags.writeable:
+                raise SessionError("invalid_input", f"out[{name!r}] must be a writeable numpy array")
+            want = self._outputs[i].dtype
+            if want is not None and arr.dtype != want:
+                raise SessionError(
+                    "invalid_input",
+                    f"out[{name!r}] is {dtypes.name_of(arr.dtype)} but the output is {dtypes.name_of(want)}",
+                )
+            arrays[i] = arr
+        return arrays
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Refuse new runs; runs in flight finish with the plans they hold."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _release(pool: IntraOpPool) -> None:
+    pool.shutdown()
+    blas_session_closed()
+
+
+def _check_input(d: ValueDecl, value: Any) -> np.ndarray:
+    if d.kind != "tensor":
+        return value
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if d.dtype is not None and arr.dtype != d.dtype:
+        raise SessionError(
+            "invalid_input",
+            f"input {d.name!r} must be {dtypes.name_of(d.dtype)}, got {dtypes.name_of(arr.dtype)}",
+        )
+    if d.dims is not None:
+        if arr.ndim != len(d.dims):
+            raise SessionError(
+                "invalid_input",
+                f"input {d.name!r} must have rank {len(d.dims)} (shape {_dims(d.dims)}), got "
+                f"shape {list(arr.shape)}",
+            )
+        for axis, (want, got) in enumerate(zip(d.dims, arr.shape)):
+            if isinstance(want, int) and want > 0 and want != got:
+                raise SessionError(
+                    "invalid_input",
+                    f"input {d.name!r} axis {axis} must be {want} (shape {_dims(d.dims)}), got "
+                    f"shape {list(arr.shape)}",
+                )
+    return arr
+
+
+def _dims(dims: Sequence[Any]) -> str:
+    return "[" + ", ".join("?" if x is None else str(x) for x in dims) + "]"
+
+
+def _copy_out(value: Any) -> Any:
+    """Outputs never alias weights or run-state memory: the caller gets its own array."""
+    if isinstance(value, np.ndarray):
+        return np.array(value, copy=True)
+    if isinstance(value, list):
+        return [_copy_out(v) for v in value]
+    return value
+
+
+class Model:
+    """The happy path: arrays in, arrays out, no names.
+
+    ``model(x)`` for a one-input model returns its output (a tuple when there are several);
+    several inputs are given positionally in the model's order.
+    """
+
+    def __init__(self, model: Any, **options: Any) -> None:
+        self.session = Session(model, **options)
+        self._names = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, *arrays: Any) -> Any:
+        if len(arrays) != len(self._names):
+            raise SessionError(
+                "invalid_input",
+                f"the model takes {len(self._names)} input(s) ({', '.join(self._names)}), "
+                f"got {len(arrays)}",
+            )
+        outputs = self.session.run(None, dict(zip(self._names, arrays)))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def load(model: Any, **options: Any) -> Model:
+    """Load a model (path, bytes or onnx.ModelProto) for the happy path; options as Session."""
+    return Model(model, **options)

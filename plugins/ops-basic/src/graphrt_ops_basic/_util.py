@@ -1,0 +1,36 @@
+"""Small helpers every ops-basic family shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from graphrt.kernel import InferContext
+
+FLOAT_KINDS = "fc"
+_CANONICAL_NAN = {
+    np.dtype(np.float32): np.float32(np.nan),  # 0x7FC00000
+    np.dtype(np.float64): np.float64(np.nan),  # 0x7FF8000000000000
+    np.dtype(np.float16): np.float16(np.nan),  # 0x7E00
+}
+
+
+def needs_nan_rewrite(ctx: InferContext, dtype: np.dtype, shape: Sequence[int]) -> bool:
+    """Exact mode rewrites NaN results to the canonical quiet NaN; ask for a mask scratch."""
+    if ctx.exact and np.dtype(dtype) in _CANONICAL_NAN:
+        ctx.prepared = ctx.add_scratch(np.bool_, shape)
+        return True
+    return False
+
+
+def rewrite_nan(out: np.ndarray, mask: np.ndarray) -> None:
+    """Replace every NaN in ``out`` by the canonical quiet NaN (exact mode's bit rule)."""
+    np.isnan(out, out=mask)
+    np.copyto(out, _CANONICAL_NAN[out.dtype], where=mask)
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis

@@ -1,0 +1,214 @@
+"""Matrix products (MatMul, Gemm): the pattern for kernels with a prepare step.
+
+``infer`` does the per-plan work once (output shape, a contiguous copy of a constant weight,
+beta*C folded, how the rows are split) and hands it to ``run`` as ``ctx.prepared``.
+
+Fast mode uses numpy's matmul (BLAS, kept at one thread by the session) on row blocks whose
+size depends on the shapes only, so the thread count never changes which block computes what.
+Exact mode uses :func:`exact_matmul`: the canonical order of docs/exact-mode.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext, OpKernel
+
+from ._util import needs_nan_rewrite, rewrite_nan
+
+#: Rows per block when a product is split over intra-op threads.
+ROW_BLOCK = 64
+#: Below this many multiply-adds a product runs as one block (threads cost more than they save).
+PARALLEL_THRESHOLD = 1 << 21
+EXACT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
+    """out = a @ b in the canonical order: out[..i, j] = (((p0 + p1) + p2) + ...) + p(K-1).
+
+    Each product p_k = a[.., i, k] * b[.., k, j] is rounded to the element type, then added to
+    the running sum in ascending k, one rounded add at a time.  Multiplies and adds are separate
+    numpy ufunc calls, so no fused multiply-add can occur.  K = 0 gives +0.  Vectorised across
+    every output element (batch, i, j), sequential over k.  ``tmp`` has ``out``'s shape.
+    """
+    k_dim = a.shape[-1]
+    if k_dim == 0:
+        out.fill(0)
+        return
+    if out.dtype.kind in "iub":  # wrap-around integer arithmetic is exact in any order
+        np.matmul(a, b, out=out)
+        return
+    np.multiply(a[..., :, 0:1], b[..., 0:1, :], out=out)
+    for k in range(1, k_dim):
+        np.multiply(a[..., :, k : k + 1], b[..., k : k + 1, :], out=tmp)
+        np.add(out, tmp, out=out)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    a_shape: tuple[int, ...]  # A as the product reads it (rank >= 2)
+    b_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]  # output before 1-D squeezes, rank >= 2
+    b_const: np.ndarray | None  # a contiguous (transposed) copy of a constant B
+    c_scaled: np.ndarray | None  # Gemm: beta * C, folded once when C is constant
+    blocks: int  # row blocks (1 = one call)
+    nan_mask: int | None  # scratch index of the exact-mode NaN mask
+    tmp: int | None  # scratch index of the exact product's temporary
+
+
+class MatMul(OpKernel):
+    """numpy matmul semantics: 1-D operands are promoted then squeezed, batch dims broadcast."""
+
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> None:
+        a, b = ctx.shape(0), ctx.shape(1)
+        if len(a) == 0 or len(b) == 0:
+            raise self.fail("MatMul does not take scalars", "invalid_input")
+        a2 = (1,) + a if len(a) == 1 else a
+        b2 = b + (1,) if len(b) == 1 else b
+        if a2[-1] != b2[-2]:
+            raise self.fail(
+                f"inner dimensions differ: A is {list(a)}, B is {list(b)}", "invalid_input"
+            )
+        try:
+            batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+        except ValueError:
+            raise self.fail(f"batch dims of {list(a)} and {list(b)} cannot broadcast", "invalid_input")
+        full = (*batch, a2[-2], b2[-1])
+        out = list(full)
+        if len(b) == 1:
+            out.pop(-1)
+        if len(a) == 1:
+            out.pop(-1 if len(b) == 1 else -2)
+        ctx.set_output(0, ctx.dtype(0), out)
+        b_value = ctx.known_value(1)
+        b_const = np.ascontiguousarray(b_value.reshape(b2)) if b_value is not None else None
+        ctx.prepared = _prepare(ctx, a2, b2, full, b_const, None, a2[-1])
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        p: _Prepared = ctx.prepared
+        a = inputs[0].reshape(p.a_shape)
+        b = p.b_const if p.b_const is not None else inputs[1].reshape(p.b_shape)
+        _product(ctx, p, a, b, outputs[0].reshape(p.out_shape))
+
+
+class Gemm(OpKernel):
+    """Y = alpha * A' @ B' + beta * C: the epilogue is separate multiplies and an add."""
+
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> None:
+        a, b = ctx.shape(0), ctx.shape(1)
+        if len(a) != 2 or len(b) != 2:
+            raise self.fail(f"A and B must be matrices, got {list(a)} and {list(b)}", "invalid_input")
+        ta, tb = self.node.attr("transA", 0), self.node.attr("transB", 0)
+        m, k = (a[1], a[0]) if ta else a
+        k2, n = (b[1], b[0]) if tb else b
+        if k != k2:
+            raise self.fail(f"inner dimensions differ: {k} and {k2}", "invalid_input")
+        ctx.set_output(0, ctx.dtype(0), (m, n))
+        if ctx.has_input(2):
+            c_shape = ctx.shape(2)
+            if self.node.opset < 7 and not self.node.attr("broadcast", 0) and c_shape != (m, n):
+                raise self.fail(f"C must be {[m, n]} without broadcast, got {list(c_shape)}")
+            try:
+                np.broadcast_shapes(c_shape, (m, n))
+            except ValueError:
+                raise self.fail(f"C of shape {list(c_shape)} does not broadcast to {[m, n]}", "invalid_input")
+        b_value = ctx.known_value(1)
+        b_const = None
+        if b_value is not None:
+            b_const = np.ascontiguousarray(b_value.T if tb else b_value)
+        c_scaled = None
+        c_value = ctx.known_value(2) if ctx.has_input(2) else None
+        if c_value is not None:
+            beta = ctx.dtype(0).type(self.node.attr("beta", 1.0))
+            c_scaled = c_value if beta == 1 else np.multiply(c_value, beta).astype(ctx.dtype(0))
+        ctx.prepared = _prepare(ctx, (m, k), (k, n), (m, n), b_const, c_scaled, k)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        p: _Prepared = ctx.prepared
+        a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
+        if p.b_const is not None:
+            b = p.b_const
+        else:
+            b = inputs[1].T if self.node.attr("transB", 0) else inputs[1]
+        y = outputs[0]
+        _product(ctx, p, a, b, y, finish=False)
+        dtype = y.dtype.type
+        alpha = dtype(self.node.attr("alpha", 1.0))
+        if alpha != 1:
+            np.multiply(y, alpha, out=y)
+        if len(inputs) > 2 and inputs[2] is not None:
+            c = p.c_scaled
+            if c is None:
+                beta = dtype(self.node.attr("beta", 1.0))
+                c = inputs[2] if beta == 1 else np.multiply(inputs[2], beta)
+            if c.dtype != y.dtype:
+                c = c.astype(y.dtype)
+            np.add(y, c, out=y)
+        if p.nan_mask is not None:
+            rewrite_nan(y, ctx.scratch[p.nan_mask])
+
+
+def _prepare(
+    ctx: InferContext,
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    b_const: np.ndarray | None,
+    c_scaled: np.ndarray | None,
+    k: int,
+) -> _Prepared:
+    rows = out_shape[-2]
+    work = int(np.prod(out_shape, dtype=np.int64)) * max(k, 1)
+    blocks = 1
+    if work >= PARALLEL_THRESHOLD and rows > ROW_BLOCK and len(out_shape) == 2:
+        blocks = -(-rows // ROW_BLOCK)
+    dtype = ctx.dtype(0)
+    nan_mask = tmp = None
+    if ctx.exact:
+        if dtype in EXACT_DTYPES:  # integer products are exact by construction
+            tmp = ctx.add_scratch(dtype, out_shape)
+            ctx.prepared = None
+            if needs_nan_rewrite(ctx, dtype, out_shape):
+                nan_mask = ctx.prepared
+    return _Prepared(a_shape, b_shape, out_shape, b_const, c_scaled, blocks, nan_mask, tmp)
+
+
+def _product(
+    ctx: KernelContext,
+    p: _Prepared,
+    a: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray,
+    finish: bool = True,
+) -> None:
+    if ctx.exact and p.tmp is not None:
+        tmp = ctx.scratch[p.tmp]
+        if p.blocks == 1:
+            exact_matmul(a, b, out, tmp)
+        else:
+
+            def block(i: int) -> None:
+                r = slice(i * ROW_BLOCK, (i + 1) * ROW_BLOCK)
+                exact_matmul(a[r], b, out[r], tmp[r])
+
+            ctx.parallel_for(p.blocks, block)
+        if finish and p.nan_mask is not None:
+            rewrite_nan(out, ctx.scratch[p.nan_mask])
+        return
+    if p.blocks == 1:
+        np.matmul(a, b, out=out)
+        return
+
+    def fast_block(i: int) -> None:
+        r = slice(i * ROW_BLOCK, (i + 1) * ROW_BLOCK)
+        np.matmul(a[r], b, out=out[r])
+
+    ctx.parallel_for(p.blocks, fast_block)

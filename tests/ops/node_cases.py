@@ -1,0 +1,62 @@
+"""Run onnx's generated backend node cases for single operators directly through kernels.
+
+This exercises one kernel at a time without sessions (``graphrt.kernel.evaluate_node``); the
+session-level conformance run is tests/test_backend.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from graphrt.attrs import node_info
+from graphrt.kernel import evaluate_node
+
+
+@functools.lru_cache(maxsize=1)
+def all_cases():
+    from onnx.backend.test.case.node import collect_testcases
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return collect_testcases(None)
+
+
+def single_node_cases(op_types: set[str]):
+    """(name, model, inputs, outputs) of every generated case whose graph is one node of op_types."""
+    out = []
+    for case in all_cases():
+        model = case.model
+        if model is None or len(model.graph.node) != 1:
+            continue
+        if model.graph.node[0].op_type not in op_types or model.graph.node[0].domain not in ("", "ai.onnx"):
+            continue
+        for inputs, outputs in case.data_sets:
+            out.append((case.name, model, inputs, outputs))
+    return out
+
+
+def _to_array(x):
+    if isinstance(x, onnx.TensorProto):
+        return numpy_helper.to_array(x)
+    return x
+
+
+def run_case(kernel_factory, model, inputs, outputs, rtol=1e-3, atol=1e-7):
+    node = model.graph.node[0]
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    kernel = kernel_factory(node_info(node, opset))
+    names = [i.name for i in model.graph.input]
+    feed = dict(zip(names, [_to_array(x) for x in inputs]))
+    args = [feed.get(n) if n else None for n in node.input]
+    got = evaluate_node(kernel, args, len(node.output))
+    for expected, actual in zip(outputs, got):
+        expected = _to_array(expected)
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+        assert np.asarray(actual).dtype == np.asarray(expected).dtype, (actual.dtype, expected.dtype)
