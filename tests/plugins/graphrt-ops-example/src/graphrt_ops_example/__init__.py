@@ -1,0 +1,1 @@
+"""A third-party plugin as a user would publish one: custom-domain operators for tests."""

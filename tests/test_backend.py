@@ -1,0 +1,45 @@
+"""onnx's backend test suite through graphrt.backend (node cases and the shipped data folders).
+
+Cases whose operators no installed plugin provides are skipped with the reason
+``unsupported operator: Type (opset N)`` (visible in ``pytest -rs``), never dropped; every other
+known failure is listed in EXPECTED_FAILURES with its reason and marked strict xfail in
+conftest.py, so a fix shows up as an unexpected pass.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import unittest
+import warnings
+
+import onnx.backend.test
+
+from graphrt.backend import GraphrtBackend
+from graphrt.errors import SessionError
+
+# The runner writes generated inputs for the light models under $ONNX_HOME; keep that out of ~.
+os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "graphrt-onnx-home"))
+
+
+class _TestBackend(GraphrtBackend):
+    """Turns "no plugin provides this operator" into a skip that names the operators."""
+
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        try:
+            return super().prepare(model, device, **kwargs)
+        except SessionError as exc:
+            if exc.kind == "unsupported_operator" and exc.operators:
+                raise unittest.SkipTest("unsupported operator: " + ", ".join(exc.operators))
+            raise
+
+
+#: Known failures: test-name regex -> reason.  Kept strict: a case that starts passing fails.
+EXPECTED_FAILURES: dict[str, str] = {}
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    backend_test = onnx.backend.test.BackendTest(_TestBackend, __name__)
+
+globals().update(backend_test.test_cases)
