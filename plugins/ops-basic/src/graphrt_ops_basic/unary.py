@@ -62,4 +62,4 @@ class Relu(Unary):
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         if ctx.exact:
             return functools.partial(self.run, ctx, inputs, outputs)
-        return functools.partial(np.maximum, inputs[0], inputs[0].dtype.type(0), outputs[0])
+        return functools.partial(np.maximum, inputs[0], inputs[0].dtype.type(0), out=outputs[0])

@@ -1,0 +1,101 @@
+"""Small models the tests build with onnx.helper."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def light_model(name: str) -> str:
+    return os.path.join(LIGHT_DIR, f"light_{name}.onnx")
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, domains=(), **kw):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    return helper.make_model(graph, opset_imports=imports, **kw)
+
+
+def tensor(name, elem=TensorProto.FLOAT, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def mlp(hidden=(32, 16), n_in=24, n_out=10, seed=0, batch="N"):
+    """MatMul + Add + Relu layers and a Gemm head, random weights."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    prev, width = "x", n_in
+    for i, h in enumerate(hidden):
+        w = rng.standard_normal((width, h)).astype(np.float32) / np.sqrt(width)
+        b = rng.standard_normal(h).astype(np.float32)
+        inits += [init(f"w{i}", w), init(f"b{i}", b)]
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+        ]
+        prev, width = f"r{i}", h
+    wo = rng.standard_normal((n_out, width)).astype(np.float32) / np.sqrt(width)
+    bo = rng.standard_normal(n_out).astype(np.float32)
+    inits += [init("wo", wo), init("bo", bo)]
+    nodes.append(helper.make_node("Gemm", [prev, "wo", "bo"], ["y"], transB=1, alpha=0.5, beta=2.0))
+    return make_model(
+        nodes, [tensor("x", shape=[batch, n_in])], [tensor("y", shape=[batch, n_out])], inits
+    )
+
+
+def add_chain(n=100, width=64):
+    nodes = [helper.make_node("Add", ["x" if i == 0 else f"v{i - 1}", "c"], [f"v{i}"]) for i in range(n)]
+    nodes[-1].output[0] = "y"
+    return make_model(
+        nodes,
+        [tensor("x", shape=[1, width])],
+        [tensor("y", shape=[1, width])],
+        [init("c", np.full((1, width), 0.5, np.float32))],
+    )
+
+
+def small_cnn(seed=0, channels=8, bn=True):
+    """Conv -> BatchNorm -> Relu -> MaxPool -> Conv(grouped) -> Relu -> GlobalAveragePool ->
+    Flatten -> Gemm -> Softmax, random weights."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    f32 = np.float32
+    inits = [
+        init("w1", (rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(f32)),
+        init("b1", rng.standard_normal(c).astype(f32)),
+        init("s", (rng.random(c) + 0.5).astype(f32)),
+        init("bb", rng.standard_normal(c).astype(f32)),
+        init("mean", rng.standard_normal(c).astype(f32)),
+        init("var", (rng.random(c) + 0.5).astype(f32)),
+        init("w2", (rng.standard_normal((2 * c, 2, 3, 3)) * 0.3).astype(f32)),
+        init("wf", (rng.standard_normal((10, 2 * c)) * 0.3).astype(f32)),
+        init("bf", rng.standard_normal(10).astype(f32)),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1])]
+    if bn:
+        nodes.append(helper.make_node("BatchNormalization", ["c1", "s", "bb", "mean", "var"], ["n1"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["c1"], ["n1"]))
+    nodes += [
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], group=c // 2, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    return make_model(
+        nodes, [tensor("x", shape=["N", 3, 16, 16])], [tensor("y", shape=["N", 10])], inits
+    )
