@@ -35,7 +35,7 @@ def mlp(hidden=(32, 16), n_in=24, n_out=10, seed=0, batch="N"):
     nodes, inits = [], []
     prev, width = "x", n_in
     for i, h in enumerate(hidden):
-        w = rng.standard_normal((width, h)).astype(np.float32) / np.sqrt(width)
+        w = (rng.standard_normal((width, h)) / np.sqrt(width)).astype(np.float32)
         b = rng.standard_normal(h).astype(np.float32)
         inits += [init(f"w{i}", w), init(f"b{i}", b)]
         nodes += [
@@ -44,7 +44,7 @@ def mlp(hidden=(32, 16), n_in=24, n_out=10, seed=0, batch="N"):
             helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
         ]
         prev, width = f"r{i}", h
-    wo = rng.standard_normal((n_out, width)).astype(np.float32) / np.sqrt(width)
+    wo = (rng.standard_normal((n_out, width)) / np.sqrt(width)).astype(np.float32)
     bo = rng.standard_normal(n_out).astype(np.float32)
     inits += [init("wo", wo), init("bo", bo)]
     nodes.append(helper.make_node("Gemm", [prev, "wo", "bo"], ["y"], transB=1, alpha=0.5, beta=2.0))

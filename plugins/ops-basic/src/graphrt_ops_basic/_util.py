@@ -34,3 +34,20 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise ValueError(f"{what} {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+def same_types(kernel, ctx: InferContext, count: int) -> None:
+    """ONNX type constraint T: the first ``count`` inputs (those present) share one element type."""
+    types = [ctx.dtype(i) for i in range(min(count, ctx.num_inputs)) if ctx.has_input(i)]
+    if any(t != types[0] for t in types[1:]):
+        names = ", ".join(str(t) for t in types)
+        raise kernel.fail(f"inputs must have one element type, got {names}")
+
+
+def zero_of(dtype: np.dtype) -> np.ndarray:
+    """A 0-d zero of ``dtype``; ufuncs given a Python or numpy scalar allocate a 0-d array per
+    call, so kernels keep these instead."""
+    return _ZEROS.setdefault(np.dtype(dtype), np.zeros((), dtype))
+
+
+_ZEROS: dict[np.dtype, np.ndarray] = {}

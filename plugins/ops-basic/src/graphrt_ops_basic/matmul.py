@@ -18,7 +18,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
-from ._util import needs_nan_rewrite, rewrite_nan
+from ._util import needs_nan_rewrite, rewrite_nan, same_types
 
 #: Rows per block when a product is split over intra-op threads.
 ROW_BLOCK = 64
@@ -58,6 +58,7 @@ class _Prepared:
     blocks: int  # row blocks (1 = one call)
     nan_mask: int | None  # scratch index of the exact-mode NaN mask
     tmp: int | None  # scratch index of the exact product's temporary
+    alpha: np.ndarray | None = None  # Gemm: alpha as a 0-d array (a scalar would allocate)
 
 
 class MatMul(OpKernel):
@@ -67,6 +68,7 @@ class MatMul(OpKernel):
 
     def infer(self, ctx: InferContext) -> None:
         a, b = ctx.shape(0), ctx.shape(1)
+        same_types(self, ctx, 2)
         if len(a) == 0 or len(b) == 0:
             raise self.fail("MatMul does not take scalars", "invalid_input")
         a2 = (1,) + a if len(a) == 1 else a
@@ -104,6 +106,7 @@ class Gemm(OpKernel):
 
     def infer(self, ctx: InferContext) -> None:
         a, b = ctx.shape(0), ctx.shape(1)
+        same_types(self, ctx, 3)
         if len(a) != 2 or len(b) != 2:
             raise self.fail(f"A and B must be matrices, got {list(a)} and {list(b)}", "invalid_input")
         ta, tb = self.node.attr("transA", 0), self.node.attr("transB", 0)
@@ -129,7 +132,11 @@ class Gemm(OpKernel):
         if c_value is not None:
             beta = ctx.dtype(0).type(self.node.attr("beta", 1.0))
             c_scaled = c_value if beta == 1 else np.multiply(c_value, beta).astype(ctx.dtype(0))
-        ctx.prepared = _prepare(ctx, (m, k), (k, n), (m, n), b_const, c_scaled, k)
+        prepared = _prepare(ctx, (m, k), (k, n), (m, n), b_const, c_scaled, k)
+        alpha = ctx.dtype(0).type(self.node.attr("alpha", 1.0))
+        if alpha != 1:
+            prepared = dataclasses.replace(prepared, alpha=np.array(alpha, dtype=ctx.dtype(0)))
+        ctx.prepared = prepared
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Prepared = ctx.prepared
@@ -140,14 +147,12 @@ class Gemm(OpKernel):
             b = inputs[1].T if self.node.attr("transB", 0) else inputs[1]
         y = outputs[0]
         _product(ctx, p, a, b, y, finish=False)
-        dtype = y.dtype.type
-        alpha = dtype(self.node.attr("alpha", 1.0))
-        if alpha != 1:
-            np.multiply(y, alpha, out=y)
+        if p.alpha is not None:
+            np.multiply(y, p.alpha, out=y)
         if len(inputs) > 2 and inputs[2] is not None:
             c = p.c_scaled
             if c is None:
-                beta = dtype(self.node.attr("beta", 1.0))
+                beta = y.dtype.type(self.node.attr("beta", 1.0))
                 c = inputs[2] if beta == 1 else np.multiply(inputs[2], beta)
             if c.dtype != y.dtype:
                 c = c.astype(y.dtype)

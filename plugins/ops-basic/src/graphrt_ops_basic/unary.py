@@ -14,7 +14,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
-from ._util import needs_nan_rewrite, rewrite_nan
+from ._util import needs_nan_rewrite, rewrite_nan, zero_of
 
 
 class Unary(OpKernel):
@@ -52,7 +52,7 @@ class Relu(Unary):
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         x, out = inputs[0], outputs[0]
-        zero = x.dtype.type(0)
+        zero = zero_of(x.dtype)
         np.maximum(x, zero, out=out)
         if ctx.exact and x.dtype.kind == "f":
             np.add(out, zero, out=out)  # -0 + +0 = +0; every other value unchanged
@@ -62,4 +62,4 @@ class Relu(Unary):
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         if ctx.exact:
             return functools.partial(self.run, ctx, inputs, outputs)
-        return functools.partial(np.maximum, inputs[0], inputs[0].dtype.type(0), out=outputs[0])
+        return functools.partial(np.maximum, inputs[0], zero_of(inputs[0].dtype), out=outputs[0])

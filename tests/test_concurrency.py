@@ -1,0 +1,58 @@
+"""Many threads running one session give exactly the serial results."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import graphrt
+from tests._models import mlp, small_cnn
+
+THREADS = 8
+RUNS = 50
+
+
+def _inputs(shape_fn, n):
+    rng = np.random.default_rng(42)
+    return [rng.standard_normal(shape_fn(i)).astype(np.float32) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("make", "shape_fn", "intra"),
+    [
+        (lambda: mlp(hidden=(64, 48)), lambda i: (1 + i % 5, 24), 1),
+        (lambda: mlp(hidden=(64, 48)), lambda i: (1 + (i * 7) % 200, 24), 2),
+        (small_cnn, lambda i: (1 + i % 3, 3, 16, 16), 1),
+    ],
+    ids=["mlp", "mlp-intra2", "cnn"],
+)
+def test_threads_equal_serial(make, shape_fn, intra):
+    sess = graphrt.Session(make(), intra_op_threads=intra)
+    xs = _inputs(shape_fn, THREADS * RUNS)
+    serial = [sess.run(None, {"x": x})[0] for x in xs]
+    results: list = [None] * len(xs)
+    errors: list = []
+    barrier = threading.Barrier(THREADS)
+
+    def worker(t: int) -> None:
+        barrier.wait()
+        try:
+            for r in range(RUNS):
+                i = t * RUNS + r
+                results[i] = sess.run(None, {"x": xs[i]})[0]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for want, got in zip(serial, results):
+        assert want.tobytes() == got.tobytes()
+    # pooled run states were shared; never more than one per concurrent run per plan
+    for plan in sess.cached_plans:
+        assert plan.states_created <= THREADS + 1
