@@ -1,0 +1,90 @@
+"""intra_op_threads: honoured by graphrt's own pool, numpy's BLAS kept to one thread."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import graphrt
+from graphrt import OpDef, OpKernel
+from tests._models import make_model, mlp, small_cnn, tensor
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+def _blas_threads() -> list[int]:
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+
+class _RecordThreads(OpKernel):
+    """Splits its work into 16 blocks and records which threads ran them."""
+
+    seen: set = set()
+    lock = threading.Lock()
+
+    def infer(self, ctx):
+        ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
+
+    def run(self, ctx, inputs, outputs):
+        def block(i):
+            with self.lock:
+                type(self).seen.add(threading.get_ident())
+            outputs[0][i::16] = inputs[0][i::16] * 2
+
+        ctx.parallel_for(16, block)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_intra_op_threads_are_used_exactly(threads):
+    _RecordThreads.seen = set()
+    model = make_model([helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
+                       [tensor("x", shape=[64])], [tensor("y", shape=[64])], domains=["com.t"])
+    sess = graphrt.Session(model, intra_op_threads=threads, custom_kernels={("com.t", "Rec"): _RecordThreads})
+    assert sess.threads == threads
+    x = np.arange(64, dtype=np.float32)
+    for _ in range(20):  # enough blocks for every worker to claim some
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 2)
+    assert 1 <= len(_RecordThreads.seen) <= threads
+    if threads == 1:
+        assert _RecordThreads.seen == {threading.get_ident()}
+
+
+def test_zero_means_one_thread_per_core():
+    import os
+
+    sess = graphrt.Session(mlp(), intra_op_threads=0)
+    assert sess.threads == len(os.sched_getaffinity(0))
+
+
+def test_blas_is_limited_while_sessions_are_open():
+    if not _blas_threads():
+        pytest.skip("numpy has no BLAS threadpool threadpoolctl can see")
+    original = _blas_threads()
+    a = graphrt.Session(mlp(), intra_op_threads=4)
+    b = graphrt.Session(mlp(), intra_op_threads=2)
+    assert all(n == 1 for n in _blas_threads())
+    a.close()
+    assert all(n == 1 for n in _blas_threads())  # b is still open
+    b.close()
+    assert _blas_threads() == original
+
+
+@pytest.mark.parametrize("make,shape", [(mlp, (300, 24)), (small_cnn, (3, 3, 16, 16))], ids=["mlp", "cnn"])
+def test_fast_mode_results_do_not_depend_on_thread_count(make, shape):
+    model = make() if make is not mlp else mlp(hidden=(256, 300))
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    bits = {graphrt.Session(model, intra_op_threads=t).run(None, {"x": x})[0].tobytes() for t in (1, 2, 4)}
+    assert len(bits) == 1
+
+
+def test_custom_kernel_registration_through_opdef():
+    sess = graphrt.Session(
+        make_model([helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
+                   [tensor("x", shape=[16])], [tensor("y", shape=[16])], domains=["com.t"]),
+        custom_kernels=[OpDef("Rec", _RecordThreads, domain="com.t")],
+    )
+    x = np.ones(16, np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 2)
