@@ -262,3 +262,28 @@ def test_backend_runs_like_onnxruntimes():
     node = helper.make_node("Add", ["a", "b"], ["c"])
     (c,) = backend.run_node(node, [np.ones(2, np.float32), np.ones(2, np.float32)])
     np.testing.assert_array_equal(c, [2, 2])
+
+
+def test_inspect_keeps_every_intermediate():
+    sess = graphrt.Session(mlp())
+    x = np.random.default_rng(2).standard_normal((3, 24)).astype(np.float32)
+    values = sess.inspect({"x": x})
+    np.testing.assert_array_equal(values["r0"], np.maximum(values["a0"], 0))
+    np.testing.assert_array_equal(values["y"], sess.run(None, {"x": x})[0])
+    assert not np.shares_memory(values["a0"], values["r0"])
+
+
+def test_profiler_is_bounded_and_writes_a_chrome_trace(tmp_path):
+    import json
+
+    sess = graphrt.Session(mlp())
+    prof = graphrt.Profiler(max_events=20)
+    for _ in range(5):
+        sess.run(None, {"x": np.ones((2, 24), np.float32)}, profiler=prof)
+    assert len(prof.events) == 20 and prof.dropped == 5 * 8 - 20  # 7 steps + 1 run event each
+    ops = {row[0] for row in prof.by_operator()}
+    assert ops <= {"MatMul", "Add", "Relu", "Gemm"} and "Gemm" in ops
+    path = tmp_path / "trace.json"
+    prof.write_chrome_trace(path)
+    trace = json.loads(path.read_text())["traceEvents"]
+    assert trace and all(e["ph"] == "X" and e["dur"] >= 0 for e in trace)

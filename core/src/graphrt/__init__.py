@@ -13,6 +13,7 @@ from graphrt.errors import PluginError, PluginLoadWarning, SessionError
 from graphrt.hookspec import hookimpl
 from graphrt.kernel import OpDef, OpKernel
 from graphrt.plugins import register_plugin, unregister_plugin
+from graphrt.profile import Profiler
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,7 @@ __all__ = [
     "OpKernel",
     "PluginError",
     "PluginLoadWarning",
+    "Profiler",
     "Session",
     "SessionError",
     "hookimpl",

@@ -112,7 +112,12 @@ def build_plan(
     input_types: list[tuple[np.dtype, tuple[int, ...]]],
     *,
     debug: bool = False,
+    keep_all: bool = False,
 ) -> ExecutionPlan:
+    """Make the plan for these input types and shapes.
+
+    ``keep_all`` keeps every intermediate alive to the end (no reuse), for inspection.
+    """
     types: dict[int, ValueType] = {}
     constants: dict[int, np.ndarray] = dict(graph.constants)
     dynamic: set[int] = set()
@@ -214,7 +219,7 @@ def build_plan(
             continue
         steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch)))
 
-    memory, steps = _plan_memory(graph, steps, types, constants, dynamic)
+    memory, steps = _plan_memory(graph, steps, types, constants, dynamic, keep_all)
     if memory.size > MAX_SLAB:
         raise SessionError(
             "unsupported",
@@ -254,6 +259,7 @@ def _plan_memory(
     types: dict[int, ValueType],
     constants: dict[int, np.ndarray],
     dynamic: set[int],
+    keep_all: bool = False,
 ) -> tuple[MemoryPlan, list[Step]]:
     """Lay out static values: input staging areas, step outputs, views and scratch."""
     in_slab = lambda v: v >= 0 and v not in constants and v not in dynamic  # noqa: E731
@@ -291,6 +297,8 @@ def _plan_memory(
         mem_steps.append(MemStep(defs=defs, uses=uses, in_place=in_place, scratch=scratch))
         new_steps.append(dataclasses.replace(st, scratch_ids=tuple(scratch_ids)))
     keep = [v for v in graph.output_ids if in_slab(v)]
+    if keep_all:
+        keep = [v for v in range(len(graph.names)) if in_slab(v)]
     return plan_memory(mem_steps, preplaced=preplaced, keep=keep), new_steps
 
 

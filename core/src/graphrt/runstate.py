@@ -188,6 +188,40 @@ class RunState:
         values = self.values
         return [values[v] for v in self.outputs]
 
+    def run_profiled(self, feeds: list[np.ndarray], profiler: Any, token: Any = None) -> list[Any]:
+        """Like :meth:`run`, timing every step into ``profiler`` (and checking ``token``)."""
+        import threading
+        import time
+
+        from graphrt.ir import check_cancelled
+        from graphrt.profile import ProfileEvent
+
+        saved = self.program
+        tid = threading.get_ident()
+        steps = self.plan.steps
+
+        def timed(f: Any, index: int) -> Any:
+            node = steps[index].node.info
+            name, op, kind = node.name or node.op_type, node.op_type, steps[index].kind
+
+            def call() -> None:
+                check_cancelled(token)
+                t0 = time.perf_counter_ns()
+                f()
+                t1 = time.perf_counter_ns()
+                profiler.record(ProfileEvent(name, op, kind, t0, t1 - t0, tid))
+
+            return call
+
+        self.program = [timed(f, i) for f, i in zip(saved, self.step_index)]
+        start = time.perf_counter_ns()
+        try:
+            return self.run(feeds)
+        finally:
+            self.program = saved
+            end = time.perf_counter_ns()
+            profiler.record(ProfileEvent("run", "run", "run", start, end - start, tid))
+
     def run_checked(self, feeds: list[np.ndarray], token: Any) -> list[Any]:
         """Like :meth:`run`, checking a cancellation token between steps."""
         from graphrt.ir import check_cancelled

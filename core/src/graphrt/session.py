@@ -171,11 +171,13 @@ class Session:
         *,
         out: Mapping[str, np.ndarray] | None = None,
         cancellation: CancellationToken | None = None,
+        profiler: Any = None,
     ) -> list[Any]:
         """Outputs in the order of ``output_names`` (None: every output).
 
         ``out`` maps output names to caller-provided arrays that are checked and overwritten
-        (and returned); other outputs are new arrays the caller owns.
+        (and returned); other outputs are new arrays the caller owns.  ``cancellation`` is
+        checked between steps; ``profiler`` (a :class:`graphrt.Profiler`) records step times.
         """
         if self._closed:
             raise SessionError("closed", "the session is closed")
@@ -183,13 +185,17 @@ class Session:
         indices = self._output_indices(output_names)
         out_arrays = self._validate_out(out, indices) if out else None
         plan = self.plan_for(feeds)
-        results = self._execute(plan, feeds, cancellation)
+        results = self._execute(plan, feeds, cancellation, profiler)
         return self._deliver(results, indices, out_arrays)
 
-    def _execute(self, plan: ExecutionPlan, feeds: list[np.ndarray], cancellation: Any) -> list:
+    def _execute(
+        self, plan: ExecutionPlan, feeds: list[np.ndarray], cancellation: Any, profiler: Any = None
+    ) -> list:
         state = plan.acquire(self._pool)
         try:
             with np.errstate(all="ignore"):
+                if profiler is not None:
+                    return state.run_profiled(feeds, profiler, cancellation)
                 if cancellation is not None:
                     return state.run_checked(feeds, cancellation)
                 return state.run(feeds)
@@ -234,6 +240,35 @@ class Session:
             self._plans = plans
             self.plans_built += 1
             return plan
+
+    def inspect(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
+        """Run once keeping every intermediate, and return all values by name.
+
+        Uses a separate plan without memory reuse (never cached), so it costs memory, not the
+        normal path's speed.  Constants folded into the plan are included.
+        """
+        if self._closed:
+            raise SessionError("closed", "the session is closed")
+        feeds = self._validate_inputs(input_feed)
+        types = [(x.dtype, x.shape) for x in feeds]
+        plan = build_plan(self._graph, types, debug=self.options.debug, keep_all=True)
+        state = plan.acquire(self._pool)
+        with np.errstate(all="ignore"):
+            state.run(feeds)
+        names = self._graph.names
+        return {
+            names[v]: _copy_out(x)
+            for v, x in enumerate(state.values)
+            if x is not None and v < len(names)
+        }
+
+    def explain(self, feeds: Sequence[Any]) -> str:
+        """The plan for these inputs as text: schedule, slab offsets, reuse (see graphrt explain)."""
+        from graphrt.explain import explain
+
+        if isinstance(feeds, Mapping):
+            feeds = self._validate_inputs(feeds)
+        return explain(self.plan_for(feeds))
 
     @property
     def cached_plans(self) -> list[ExecutionPlan]:
