@@ -211,9 +211,7 @@ def explain(plan: ExecutionPlan) -> str:
             if s["view_of"]:
                 notes.append(f"view of {s['view_of']}")
             for k, sc in enumerate(s["scratch"]):
-                notes.append(
-                    f"scratch {k}: {_type_str(sc['dtype'], sc['shape'])} @{sc['offset']}"
-                )
+                notes.append(f"scratch {k}: {_type_str(sc['dtype'], sc['shape'])} @{sc['offset']}")
             op = s["op_type"] if not s["domain"] else f"{s['domain']}.{s['op_type']}"
             outs = ", ".join(_value_str(v) for v in s["outputs"]) or "-"
             rows.append([str(s["index"]), s["name"], op, s["kind"], outs, "; ".join(notes)])
@@ -246,7 +244,8 @@ def explain(plan: ExecutionPlan) -> str:
     folded = r["constants_folded"]
     lines.append(f"constants folded at plan time ({len(folded)})")
     for c in folded:
-        lines.append(f"  {c['name']}: {_type_str(c['dtype'], c['shape'])} ({format_bytes(c['nbytes'])})")
+        size = format_bytes(c["nbytes"])
+        lines.append(f"  {c['name']}: {_type_str(c['dtype'], c['shape'])} ({size})")
     if not folded:
         lines.append("  none")
 
