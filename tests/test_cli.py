@@ -297,3 +297,21 @@ def test_usage_errors_exit_2(capsys):
     assert main([]) == 2
     assert "usage: graphrt" in capsys.readouterr().err
     assert main(["--help"]) == 0
+
+
+def test_profile_prints_operator_times_and_writes_a_trace(tmp_path, capsys):
+    import json
+
+    import onnx
+
+    from graphrt.cli import main
+    from tests._models import mlp
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    trace = tmp_path / "trace.json"
+    assert main(["profile", str(path), "--dim", "N=3", "--repeat", "4", "--trace", str(trace), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "4 run(s) profiled" in out and "MatMul" in out and "Gemm" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e["name"] == "run" for e in events) == 4

@@ -491,6 +491,29 @@ def cmd_explain(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace, progress: Progress) -> int:
+    from graphrt.profile import Profiler
+
+    path, label = _model_arg(args.model)
+    sess = _session(path, args, progress)
+    with sess:
+        feed = make_inputs(
+            sess, inputs=args.input, npz=args.inputs, dims=parse_dims(args.dim), seed=args.seed
+        )
+        progress.say("planning and warming up...")
+        sess.run(None, feed)
+        prof = Profiler(max_events=args.max_events)
+        for i in range(args.repeat):
+            sess.run(None, feed, profiler=prof)
+            progress.count("profiled runs", i + 1, args.repeat)
+        print(f"model: {label}")
+        print(prof.summary())
+        if args.trace:
+            prof.write_chrome_trace(args.trace)
+            print(f"Chrome trace written to {args.trace} (open in ui.perfetto.dev)")
+    return 0
+
+
 def _print_table(rows: list[list[str]]) -> None:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
@@ -555,6 +578,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p)
     _add_session_options(p)
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("profile", parents=[common], help="per-operator times; a Chrome trace")
+    p.add_argument("model", nargs="?", metavar="MODEL", help=f"default: {DEFAULT_MODEL}")
+    _add_input_options(p)
+    _add_session_options(p)
+    p.add_argument("--repeat", type=int, default=10, metavar="R", help="profiled runs (10)")
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace")
+    p.add_argument("--max-events", type=int, default=100_000, help="events kept (newest)")
+    p.set_defaults(func=cmd_profile)
     return parser
 
 
