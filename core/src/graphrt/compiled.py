@@ -45,6 +45,7 @@ class CompiledGraph:
     passes_run: list[str]
     dropped_nodes: int
     declared: dict[str, ValueDecl]  # value_info annotations by name
+    initializer_names: set[str] = dataclasses.field(default_factory=set)
 
 
 def compile_model(
@@ -123,6 +124,7 @@ def compile_model(
         passes_run=passes_run,
         dropped_nodes=dropped,
         declared=dict(ir.value_info),
+        initializer_names=set(ir.initializers),
     )
 
 

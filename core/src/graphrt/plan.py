@@ -64,6 +64,7 @@ class ExecutionPlan:
         memory: MemoryPlan,
         folded: int,
         debug: bool,
+        shape_checks: Any = None,
     ) -> None:
         self.graph = graph
         self.key = key
@@ -74,6 +75,8 @@ class ExecutionPlan:
         self.memory = memory
         self.folded = folded
         self.debug = debug
+        #: graphrt.shapes.ShapeChecks when the session checks shape annotations, else None.
+        self.shape_checks = shape_checks
         self._idle: list[Any] = []
         self._idle_lock = threading.Lock()
         #: How many run states this plan ever created (pools make this small).
@@ -113,6 +116,7 @@ def build_plan(
     *,
     debug: bool = False,
     keep_all: bool = False,
+    check_shapes: bool = False,
 ) -> ExecutionPlan:
     """Make the plan for these input types and shapes.
 
@@ -227,7 +231,12 @@ def build_plan(
             "refuses plans over 2 GiB",
         )
     key = tuple((np.dtype(d).str, tuple(s)) for d, s in input_types)
-    return ExecutionPlan(graph, key, steps, types, constants, dynamic, memory, folded, debug)
+    checks = None
+    if check_shapes:
+        from graphrt.shapes import plan_checks
+
+        checks = plan_checks(graph, steps)
+    return ExecutionPlan(graph, key, steps, types, constants, dynamic, memory, folded, debug, checks)
 
 
 def _foldable(node: CNode) -> bool:

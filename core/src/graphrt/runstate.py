@@ -92,17 +92,27 @@ class RunState:
         self.inputs = [values[v] for v in graph.input_ids]
         program: list[Any] = []
         self.contexts: list[KernelContext | None] = []
+        checks = plan.shape_checks
+        self.bindings: dict[str, tuple[int, str, int]] = {}
         for i, st in enumerate(plan.steps):
             node = st.node
+            if checks is not None and i in checks.after_step:
+                after = functools.partial(self._check, checks.after_step[i])
+            else:
+                after = None
             if st.kind == VIEW:
                 src = values[node.inputs[0]]
                 values[node.outputs[0]] = src.reshape(plan.types[node.outputs[0]].shape)
                 self.contexts.append(None)
+                if after is not None:
+                    program.append((i, after))
                 continue
             if st.kind == DYNAMIC:
                 kctx = KernelContext(exact=graph.exact, pool=pool, arena=self.arena, node=node.info)
                 self.contexts.append(kctx)
                 program.append((i, functools.partial(self._run_dynamic, st, kctx)))
+                if after is not None:
+                    program.append((i, after))
                 continue
             scratch = [
                 self._slab_array(mem.offsets[sid], dt, shape)
@@ -116,11 +126,22 @@ class RunState:
             ins = [values[v] if v >= 0 else None for v in node.inputs]
             outs = [values[v] if v >= 0 else None for v in node.outputs]
             program.append((i, node.kernel.bind(kctx, ins, outs)))
+            if after is not None:
+                program.append((i, after))
             if plan.debug and mem.freed_after[i]:
                 program.append((i, functools.partial(self._poison, mem.freed_after[i])))
         self.step_index = [i for i, _ in program]
         self.program = [f for _, f in program]
         self.outputs = graph.output_ids
+
+    def _check(self, checks: Any) -> None:
+        from graphrt.shapes import check_value
+
+        values = self.values
+        for c in checks:
+            v = values[c.vid]
+            if isinstance(v, np.ndarray):
+                check_value(self.bindings, c, v.shape)
 
     def _slab_array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -168,6 +189,9 @@ class RunState:
     def run(self, feeds: list[np.ndarray]) -> list[Any]:
         """Run the program on inputs already validated; returns the (internal) output values."""
         self.arena.reset()
+        checks = self.plan.shape_checks
+        if checks is not None:
+            self._check_start(checks, feeds)
         for dst, src in zip(self.inputs, feeds):
             np.copyto(dst, src)
         i = 0
@@ -187,6 +211,18 @@ class RunState:
             ) from exc
         values = self.values
         return [values[v] for v in self.outputs]
+
+    def _check_start(self, checks: Any, feeds: list[np.ndarray]) -> None:
+        """A new binding map; graph inputs before anything runs, then values without a step."""
+        from graphrt.shapes import check_value
+
+        self.bindings = bindings = {}
+        by_vid = dict(zip(self.plan.graph.input_ids, feeds))
+        for c in checks.inputs:
+            x = by_vid.get(c.vid)
+            if isinstance(x, np.ndarray):
+                check_value(bindings, c, x.shape)
+        self._check(checks.before)
 
     def run_profiled(self, feeds: list[np.ndarray], profiler: Any, token: Any = None) -> list[Any]:
         """Like :meth:`run`, timing every step into ``profiler`` (and checking ``token``)."""

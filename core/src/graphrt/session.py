@@ -232,7 +232,9 @@ class Session:
             plan = self._plans.get(key)
             if plan is not None:
                 return plan
-            plan = build_plan(self._graph, types, debug=self.options.debug)
+            plan = build_plan(
+                self._graph, types, debug=self.options.debug, check_shapes=self.options.check_shapes
+            )
             plans = dict(self._plans)  # copy on write: readers never lock
             while len(plans) >= self.options.max_cached_plans:
                 del plans[next(iter(plans))]
