@@ -36,10 +36,16 @@ class _TestBackend(GraphrtBackend):
 
 
 #: Known failures: test-name regex -> reason.  Kept strict: a case that starts passing fails.
-EXPECTED_FAILURES: dict[str, str] = {}
+EXPECTED_FAILURES: dict[str, str] = {
+    r"^test_training_dropout(_default|_default_mask|_mask)?_cpu$": (
+        "training-mode Dropout masks come from numpy's Generator; onnx drew the expected masks "
+        "with the legacy np.random.seed stream, so random masks cannot match bit for bit"
+    ),
+}
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     backend_test = onnx.backend.test.BackendTest(_TestBackend, __name__)
 
+backend_test.exclude(r"_cuda$")  # graphrt runs on the CPU only
 globals().update(backend_test.test_cases)

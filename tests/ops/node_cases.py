@@ -53,7 +53,9 @@ def run_case(kernel_factory, model, inputs, outputs, rtol=1e-3, atol=1e-7):
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     kernel = kernel_factory(node_info(node, opset))
     names = [i.name for i in model.graph.input]
-    feed = dict(zip(names, [_to_array(x) for x in inputs]))
+    values = [_to_array(x) for x in inputs]
+    # onnx stores 0-d test inputs as numpy scalars; kernels take arrays
+    feed = dict(zip(names, [v if isinstance(v, list) else np.asarray(v) for v in values]))
     args = [feed.get(n) if n else None for n in node.input]
     got = evaluate_node(kernel, args, len(node.output))
     for expected, actual in zip(outputs, got):

@@ -38,8 +38,12 @@ if _ml is not None:
         (TensorProto.FLOAT8E5M2FNUZ, "float8_e5m2fnuz"),
         (TensorProto.INT4, "int4"),
         (TensorProto.UINT4, "uint4"),
+        (getattr(TensorProto, "FLOAT4E2M1", None), "float4_e2m1fn"),
+        (getattr(TensorProto, "FLOAT8E8M0", None), "float8_e8m0fnu"),
+        (getattr(TensorProto, "INT2", None), "int2"),
+        (getattr(TensorProto, "UINT2", None), "uint2"),
     ]:
-        if hasattr(_ml, _name):
+        if _code is not None and hasattr(_ml, _name):
             _TABLE[_code] = np.dtype(getattr(_ml, _name))
 
 _REVERSE = {v: k for k, v in _TABLE.items()}

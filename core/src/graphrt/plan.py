@@ -127,6 +127,8 @@ def build_plan(
     dynamic: set[int] = set()
     for vid, (dt, shape) in zip(graph.input_ids, input_types):
         types[vid] = ValueType(np.dtype(dt), tuple(shape))
+        if np.dtype(dt).hasobject:  # strings live outside the slab: run-time values
+            dynamic.add(vid)
     for vid, value in graph.constants.items():
         types[vid] = ValueType(value.dtype, value.shape) if isinstance(value, np.ndarray) else None
     steps: list[Step] = []
@@ -151,7 +153,8 @@ def build_plan(
         if all_const and _foldable(node):
             args = [constants[v] if v >= 0 else None for v in ins]
             try:
-                values = evaluate_node(kernel, args, len(node.outputs), exact=exact)
+                with np.errstate(all="ignore"):
+                    values = evaluate_node(kernel, args, len(node.outputs), exact=exact)
             except NeedsRunTimeValues:  # pragma: no cover - every input is known here
                 values = None
             if values is not None and _fold_allowed(args, values):
@@ -294,9 +297,15 @@ def _plan_memory(
         in_place = None
         ip = node.kernel.in_place_input
         if ip is not None and ip < len(node.inputs) and node.outputs and in_slab(node.outputs[0]):
-            src = node.inputs[ip]
-            if in_slab(src) and types[src].dtype == types[node.outputs[0]].dtype:
-                in_place = (node.outputs[0], src)
+            src, out = node.inputs[ip], node.outputs[0]
+            # same type and size, and read through one input only: a kernel may then treat
+            # output and input as one array without re-reading the input after writing
+            if (
+                in_slab(src)
+                and types[src] == types[out]
+                and node.inputs.count(src) == 1
+            ):
+                in_place = (out, src)
         scratch_ids = []
         scratch = {}
         for dt, shape in st.scratch:

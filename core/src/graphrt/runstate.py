@@ -192,8 +192,11 @@ class RunState:
         checks = self.plan.shape_checks
         if checks is not None:
             self._check_start(checks, feeds)
-        for dst, src in zip(self.inputs, feeds):
-            np.copyto(dst, src)
+        for vid, dst, src in zip(self.plan.graph.input_ids, self.inputs, feeds):
+            if dst is None:  # kept outside the slab (strings): the run gets its own copy
+                self.values[vid] = np.array(src, copy=True)
+            else:
+                np.copyto(dst, src)
         i = 0
         program = self.program
         try:

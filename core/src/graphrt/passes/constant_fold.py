@@ -8,6 +8,8 @@ constants).
 
 from __future__ import annotations
 
+import numpy as np
+
 from graphrt.errors import SessionError
 from graphrt.ir import check_cancelled
 from graphrt.kernel import evaluate_node
@@ -31,7 +33,8 @@ class ConstantFolding(GraphPass):
             kernel = ctx.make_kernel(node)
             args = [graph.constants[x] if x else None for x in node.inputs]
             try:
-                values = evaluate_node(kernel, args, len(node.outputs), exact=ctx.exact)
+                with np.errstate(all="ignore"):
+                    values = evaluate_node(kernel, args, len(node.outputs), exact=ctx.exact)
             except SessionError:
                 raise
             except Exception:  # leave it to run time, where the error names the run

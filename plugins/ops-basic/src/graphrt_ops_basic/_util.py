@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,3 +52,28 @@ def zero_of(dtype: np.dtype) -> np.ndarray:
 
 
 _ZEROS: dict[np.dtype, np.ndarray] = {}
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """numpy's floats and ml_dtypes' (bfloat16, float8...), whose dtype kind is 'V'."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or (dtype.kind == "V" and dtype.name.startswith(("bfloat", "float")))
+
+
+@functools.lru_cache(maxsize=256)
+def constant(dtype: np.dtype, value: float) -> np.ndarray:
+    """A read-only 0-d array: ufuncs take it without converting a Python or numpy scalar into
+    a new array on every call, which would allocate in the steady state."""
+    arr = np.array(value, dtype=np.dtype(dtype))
+    arr.flags.writeable = False
+    return arr
+
+
+def same_storage(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same elements: an in-place output and its input."""
+    return (
+        a.shape == b.shape
+        and a.strides == b.strides
+        and a.dtype == b.dtype
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )

@@ -31,7 +31,63 @@ OPERATORS: list[OpDef] = [
 ]
 
 # -- element-wise families (binary.py, unary.py, elementwise helpers) --------------------------
+from . import activation, cast, dropout, reduce, softmax, variadic, where  # noqa: E402
+
 OPERATORS += [
+    # element-wise binary (binary.py)
+    OpDef("Div", binary.Div),
+    OpDef("Pow", binary.Pow),
+    OpDef("Mod", binary.Mod, since=10),
+    OpDef("BitShift", binary.BitShift, since=11),
+    OpDef("Equal", binary.Equal),
+    OpDef("Less", binary.Less),
+    OpDef("Greater", binary.Greater),
+    OpDef("LessOrEqual", binary.LessOrEqual, since=12),
+    OpDef("GreaterOrEqual", binary.GreaterOrEqual, since=12),
+    OpDef("And", binary.And),
+    OpDef("Or", binary.Or),
+    OpDef("Xor", binary.Xor),
+    # variadic (variadic.py)
+    OpDef("Sum", variadic.Sum),
+    OpDef("Max", variadic.Max),
+    OpDef("Min", variadic.Min),
+    OpDef("Mean", variadic.Mean),
+    # element-wise unary (unary.py)
+    OpDef("Sigmoid", unary.Sigmoid),
+    OpDef("Tanh", unary.Tanh),
+    OpDef("Erf", unary.Erf, since=9),
+    OpDef("Sqrt", unary.Sqrt),
+    OpDef("Exp", unary.Exp),
+    OpDef("Log", unary.Log),
+    OpDef("Neg", unary.Neg),
+    OpDef("Abs", unary.Abs),
+    OpDef("Reciprocal", unary.Reciprocal),
+    OpDef("Floor", unary.Floor),
+    OpDef("Ceil", unary.Ceil),
+    OpDef("Sign", unary.Sign, since=9),
+    OpDef("Softplus", unary.Softplus),
+    OpDef("Not", unary.Not),
+    # activations with attributes, Clip (activation.py)
+    OpDef("LeakyRelu", activation.LeakyRelu),
+    OpDef("Elu", activation.Elu),
+    OpDef("Selu", activation.Selu),
+    OpDef("HardSigmoid", activation.HardSigmoid),
+    OpDef("Clip", activation.Clip),
+    # select, conversion, dropout (where.py, cast.py, dropout.py)
+    OpDef("Where", where.Where, since=9),
+    OpDef("Cast", cast.Cast),
+    OpDef("CastLike", cast.CastLike, since=15),
+    OpDef("Dropout", dropout.Dropout),
+    # along one axis (softmax.py)
+    OpDef("Softmax", softmax.Softmax),
+    OpDef("LogSoftmax", softmax.LogSoftmax),
+    OpDef("Hardmax", softmax.Hardmax),
+    # reductions (reduce.py)
+    OpDef("ReduceSum", reduce.ReduceSum),
+    OpDef("ReduceMean", reduce.ReduceMean),
+    OpDef("ReduceMax", reduce.ReduceMax),
+    OpDef("ReduceMin", reduce.ReduceMin),
+    OpDef("ReduceProd", reduce.ReduceProd),
 ]
 
 # -- neural-network operators (conv.py, pool.py, norm.py) --------------------------------------

@@ -1,12 +1,17 @@
 """Element-wise unary operators: one ufunc (or a short numpy recipe) per operator.
 
 Each kernel writes ``out`` in place of its input when the planner allows it, so a chain of
-activations needs no new memory.
+activations needs no new memory.  A recipe of several calls reads its input before it first
+writes ``out``; temporaries are scratch arrays asked for in ``infer`` and constants are 0-d
+arrays (:func:`constant`), so a run allocates nothing.  Only Relu is exact: numpy's
+transcendental functions differ between machines.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -14,7 +19,8 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
-from ._util import needs_nan_rewrite, rewrite_nan, zero_of
+from ._erf import WORK_ARRAYS, compute_dtype, erf_into
+from ._util import constant, needs_nan_rewrite, rewrite_nan, zero_of
 
 
 class Unary(OpKernel):
@@ -37,7 +43,8 @@ class Unary(OpKernel):
             rewrite_nan(outputs[0], ctx.scratch[ctx.prepared])
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
-        if type(self).compute is Unary.compute and not (ctx.exact and isinstance(ctx.prepared, int)):
+        nan_rewrite = ctx.exact and isinstance(ctx.prepared, int)
+        if type(self).compute is Unary.compute and not nan_rewrite:
             return functools.partial(type(self).ufunc, inputs[0], outputs[0])
         return functools.partial(self.run, ctx, inputs, outputs)
 
@@ -63,3 +70,129 @@ class Relu(Unary):
         if ctx.exact:
             return functools.partial(self.run, ctx, inputs, outputs)
         return functools.partial(np.maximum, inputs[0], zero_of(inputs[0].dtype), out=outputs[0])
+
+
+class Tanh(Unary):
+    ufunc = np.tanh
+
+
+class Sqrt(Unary):
+    ufunc = np.sqrt
+
+
+class Exp(Unary):
+    ufunc = np.exp
+
+
+class Log(Unary):
+    ufunc = np.log
+
+
+class Neg(Unary):
+    ufunc = np.negative
+
+
+class Abs(Unary):
+    ufunc = np.absolute
+
+
+class Reciprocal(Unary):
+    ufunc = np.reciprocal
+
+
+class Floor(Unary):
+    ufunc = np.floor
+
+
+class Ceil(Unary):
+    ufunc = np.ceil
+
+
+class Sign(Unary):
+    ufunc = np.sign
+
+
+class Not(Unary):
+    ufunc = np.logical_not
+
+
+class Softplus(Unary):
+    """log(1 + exp(x)) as logaddexp(x, 0): no overflow for large x, no log(1) rounding."""
+
+    def compute(self, x: np.ndarray, out: np.ndarray) -> None:
+        np.logaddexp(x, constant(x.dtype, 0), out=out)
+
+
+class Sigmoid(Unary):
+    """1 / (1 + exp(-x)) from e = exp(-|x|), which never overflows.
+
+    sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0: both are accurate to a few
+    ulp, and sigmoid(-1000) is 0 without an overflow on the way.  The numerator is
+    max(e, sign(x)), as e <= 1 (and e = 1 at x = 0): a select without a mask, which numpy
+    runs several times faster than a masked copy.
+    """
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        dtype, shape = ctx.dtype(0), ctx.shape(0)
+        ctx.prepared = (ctx.add_scratch(dtype, shape), ctx.add_scratch(dtype, shape))
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        x, out = inputs[0], outputs[0]
+        e, num = (ctx.scratch[i] for i in ctx.prepared)
+        np.sign(x, out=num)  # into a scratch array: numpy's sign is slow in place
+        np.absolute(x, out=e)  # the last read of x (out may be its storage)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.maximum(e, num, out=num)  # 1 where x > 0, e elsewhere; NaN stays NaN
+        np.add(e, constant(x.dtype, 1), out=e)
+        np.divide(num, e, out=out)
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        return functools.partial(self.run, ctx, inputs, outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ErfPlan:
+    work: tuple[int, ...]  # scratch indices: WORK_ARRAYS flat arrays of the compute type
+    mask: int  # a flat bool array
+    top: int  # one compute-type element per block
+    blocks: int
+
+
+class Erf(Unary):
+    """Our own erf (Cody's rational approximations, see ``_erf``); numpy has none.
+
+    float16 and bfloat16 are computed in float32.  Large tensors are cut in blocks of ``BLOCK``
+    elements, independent outputs, spread over the intra-op threads.
+    """
+
+    BLOCK = 1 << 16
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        n = math.prod(ctx.shape(0))
+        work_type = compute_dtype(ctx.dtype(0))
+        work = tuple(ctx.add_scratch(work_type, (n,)) for _ in range(WORK_ARRAYS))
+        blocks = max(1, -(-n // self.BLOCK))
+        mask = ctx.add_scratch(np.bool_, (n,))
+        ctx.prepared = _ErfPlan(work, mask, ctx.add_scratch(work_type, (blocks,)), blocks)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        plan: _ErfPlan = ctx.prepared
+        x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
+        work = [ctx.scratch[i] for i in plan.work]
+        mask, top = ctx.scratch[plan.mask], ctx.scratch[plan.top]
+        if plan.blocks == 1:
+            erf_into(x, out, work, mask, top[0:1].reshape(()))
+            return
+        size = self.BLOCK
+
+        def block(i: int) -> None:
+            s = slice(i * size, (i + 1) * size)
+            erf_into(x[s], out[s], [w[s] for w in work], mask[s], top[i : i + 1].reshape(()))
+
+        ctx.parallel_for(plan.blocks, block)
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        return functools.partial(self.run, ctx, inputs, outputs)

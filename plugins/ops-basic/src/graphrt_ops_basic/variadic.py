@@ -1,0 +1,87 @@
+"""Variadic element-wise operators (Sum, Max, Min, Mean): a left fold of one ufunc.
+
+Any number of inputs broadcast together (numpy's rule; opsets before 8 required equal shapes,
+a special case).  The fold runs in input order, ``out = ((x0 op x1) op x2) ...``, writing ``out``
+from the first call on, so ``out`` may be input 0's storage.  When input 0 appears again later
+in the list, that storage is still read after the first write; the fold then runs in a scratch
+array and is copied out at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext, OpKernel
+
+from ._util import same_types
+
+
+class Variadic(OpKernel):
+    """out = ufunc(...ufunc(ufunc(x0, x1), x2)..., xn); one input is copied."""
+
+    ufunc: ClassVar[Callable[..., Any]]
+    in_place_input = 0
+
+    def infer(self, ctx: InferContext) -> None:
+        if ctx.num_inputs == 0:
+            raise self.fail("needs at least one input")
+        same_types(self, ctx, ctx.num_inputs)
+        shapes = [ctx.shape(i) for i in range(ctx.num_inputs)]
+        try:
+            shape = np.broadcast_shapes(*shapes)
+        except ValueError:
+            message = f"shapes {[list(s) for s in shapes]} cannot be broadcast"
+            raise self.fail(message, "invalid_input") from None
+        dtype = ctx.dtype(0)
+        ctx.set_output(0, dtype, shape)
+        names = self.node.inputs
+        reread = len(names) > 2 and names[0] in names[2:]
+        ctx.prepared = ctx.add_scratch(dtype, shape) if reread else None
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        out = outputs[0]
+        acc = out if ctx.prepared is None else ctx.scratch[ctx.prepared]
+        if len(inputs) == 1:
+            np.copyto(acc, inputs[0])
+        else:
+            self.ufunc(inputs[0], inputs[1], out=acc)
+            for x in inputs[2:]:
+                self.ufunc(acc, x, out=acc)
+        self.finish(acc, len(inputs))
+        if acc is not out:
+            np.copyto(out, acc)
+
+    def finish(self, acc: np.ndarray, n: int) -> None:
+        """A last step on the folded value (Mean divides)."""
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        if len(inputs) == 2 and type(self).finish is Variadic.finish:
+            return functools.partial(self.ufunc, inputs[0], inputs[1], out=outputs[0])
+        return functools.partial(self.run, ctx, inputs, outputs)
+
+
+class Sum(Variadic):
+    ufunc = np.add
+
+
+class Max(Variadic):
+    """NaN propagates (numpy maximum), as in onnxruntime."""
+
+    ufunc = np.maximum
+
+
+class Min(Variadic):
+    ufunc = np.minimum
+
+
+class Mean(Variadic):
+    """The sum in input order, then one division by the count."""
+
+    ufunc = np.add
+
+    def finish(self, acc: np.ndarray, n: int) -> None:
+        np.divide(acc, acc.dtype.type(n), out=acc)
