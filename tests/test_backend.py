@@ -37,6 +37,10 @@ class _TestBackend(GraphrtBackend):
 
 #: Known failures: test-name regex -> reason.  Kept strict: a case that starts passing fails.
 EXPECTED_FAILURES: dict[str, str] = {
+    r"^test_identity_(opt|sequence)_cpu$": (
+        "sequence and optional graph inputs/outputs are not supported yet (ops-controlflow, "
+        "issue 3); the session refuses them with kind 'unsupported'"
+    ),
     r"^test_training_dropout(_default|_default_mask|_mask)?_cpu$": (
         "training-mode Dropout masks come from numpy's Generator; onnx drew the expected masks "
         "with the legacy np.random.seed stream, so random masks cannot match bit for bit"

@@ -106,11 +106,8 @@ def import_model(model: Any, cancellation: Any = None) -> IrModel:
     opsets: dict[str, int] = {}
     for imp in proto.opset_import:
         opsets["" if imp.domain == "ai.onnx" else imp.domain] = int(imp.version)
-    if "" not in opsets:
-        if proto.ir_version and proto.ir_version < 3:
-            opsets[""] = 1
-        else:
-            raise SessionError("invalid_model", "the model imports no ai.onnx opset")
+    if "" not in opsets and proto.ir_version and proto.ir_version < 3:
+        opsets[""] = 1  # before IR 3 the default domain was implied
     graph = proto.graph
     initializers: dict[str, np.ndarray] = {}
     for t in graph.initializer:

@@ -130,6 +130,7 @@ class Session:
             weight_storage=weight_storage,
             cancellation=cancellation,
         )
+        _refuse_non_tensor_io(ir)  # after operators, so missing ones are reported first
         self.kernel_path = self._graph.kernel_path
         self.threads = resolve_threads(intra_op_threads)
         self._pool = IntraOpPool(self.threads)
@@ -346,6 +347,16 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _refuse_non_tensor_io(ir: Any) -> None:
+    odd = [d for d in list(ir.inputs) + list(ir.outputs) if d.kind != "tensor"]
+    if odd:
+        names = ", ".join(f"{d.name!r} ({d.kind})" for d in odd)
+        raise SessionError(
+            "unsupported",
+            f"graph inputs and outputs must be tensors in this version; {names} are not",
+        )
 
 
 def _release(pool: IntraOpPool) -> None:
