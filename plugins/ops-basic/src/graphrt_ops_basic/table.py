@@ -90,8 +90,20 @@ OPERATORS += [
     OpDef("ReduceProd", reduce.ReduceProd),
 ]
 
-# -- neural-network operators (conv.py, pool.py, norm.py) --------------------------------------
+# -- neural-network operators (convolution.py, pooling.py, normalization.py) ------------------
+from . import convolution, normalization, pooling  # noqa: E402
+
 OPERATORS += [
+    OpDef("Conv", convolution.Conv),
+    OpDef("MaxPool", pooling.MaxPool),
+    OpDef("AveragePool", pooling.AveragePool),
+    OpDef("LpPool", pooling.LpPool, since=2),
+    OpDef("GlobalAveragePool", pooling.GlobalAveragePool),
+    OpDef("GlobalMaxPool", pooling.GlobalMaxPool),
+    OpDef("BatchNormalization", normalization.BatchNormalization),
+    OpDef("InstanceNormalization", normalization.InstanceNormalization),
+    OpDef("LayerNormalization", normalization.LayerNormalization, since=17),
+    OpDef("LRN", normalization.LRN),
 ]
 
 # -- tensor and shape operators (shape.py, tensor.py) ------------------------------------------

@@ -1,0 +1,148 @@
+"""Conv: im2col into a planned scratch buffer, then one BLAS product per image and group.
+
+The prepare step (``infer``) fixes the strategy for the shapes: a 1x1 unpadded stride-1
+convolution is a plain product on the input viewed as (C, H*W); a depthwise convolution
+accumulates one multiply per kernel tap; everything else copies the windows once into a column
+buffer (a strided view, one ``copyto``) and multiplies by the weight viewed as a matrix.  Every
+temporary is slab scratch, so a steady-state run allocates nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext, OpKernel
+
+from ._util import same_types
+from ._windows import Window, interior, padded_shape, patches, tap_view, taps, window
+
+#: Output channels per block when a convolution is split over intra-op threads.
+CHANNEL_BLOCK = 32
+PARALLEL_THRESHOLD = 1 << 22
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    strategy: str  # "pointwise", "depthwise" or "im2col"
+    w: Window
+    group: int
+    weight: np.ndarray | None  # (group, M/group, C/group*prod(k)) when constant
+    pad_scratch: int | None
+    col_scratch: int | None
+    tmp_scratch: int | None
+    blocks: int
+
+
+class Conv(OpKernel):
+    def infer(self, ctx: InferContext) -> None:
+        same_types(self, ctx, 3)
+        x, wshape = ctx.shape(0), ctx.shape(1)
+        if len(x) < 3 or len(wshape) != len(x):
+            raise self.fail(f"X {list(x)} and W {list(wshape)} must be (N, C, spatial...)", "invalid_input")
+        group = self.node.attr("group", 1)
+        n, c = x[0], x[1]
+        m = wshape[0]
+        if c % group or m % group or wshape[1] * group != c:
+            raise self.fail(
+                f"W {list(wshape)} does not fit {c} input channels in {group} group(s)", "invalid_input"
+            )
+        k = tuple(self.node.attr("kernel_shape") or wshape[2:])
+        if k != tuple(wshape[2:]):
+            raise self.fail(f"kernel_shape {list(k)} differs from W's {list(wshape[2:])}")
+        w = window(self, self.node, x[2:], k)
+        ctx.set_output(0, ctx.dtype(0), (n, m, *w.out))
+        if ctx.has_input(2) and ctx.shape(2) != (m,):
+            raise self.fail(f"B must have shape [{m}], got {list(ctx.shape(2))}", "invalid_input")
+        dtype = ctx.dtype(0)
+        kprod = math.prod(k)
+        pointwise = kprod == 1 and not w.padded and set(w.strides) == {1} and group == 1
+        depthwise = group == c and group > 1 and m == c
+        pad = None
+        if w.padded and not pointwise:
+            pad = ctx.add_scratch(dtype, padded_shape(x, w))
+        col = tmp = None
+        out_size = math.prod(w.out)
+        if depthwise:
+            strategy = "depthwise"
+            tmp = ctx.add_scratch(dtype, (n, m, *w.out))
+        elif pointwise:
+            strategy = "pointwise"
+            if set(w.strides) != {1}:
+                col = ctx.add_scratch(dtype, (c, out_size))
+        else:
+            strategy = "im2col"
+            col = ctx.add_scratch(dtype, (c * kprod, out_size))
+        weight = ctx.known_value(1)
+        if weight is not None:
+            weight = np.ascontiguousarray(weight.reshape(group, m // group, -1))
+        work = n * m * out_size * (c // group) * kprod
+        blocks = 1
+        if strategy != "depthwise" and group == 1 and work >= PARALLEL_THRESHOLD and m > CHANNEL_BLOCK:
+            blocks = -(-m // CHANNEL_BLOCK)
+        ctx.prepared = _Plan(strategy, w, group, weight, pad, col, tmp, blocks)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        p: _Plan = ctx.prepared
+        x, y = inputs[0], outputs[0]
+        bias = inputs[2] if len(inputs) > 2 else None
+        weight = p.weight if p.weight is not None else inputs[1].reshape(p.group, y.shape[1] // p.group, -1)
+        src = x
+        if p.pad_scratch is not None:
+            src = ctx.scratch[p.pad_scratch]
+            src.fill(0)
+            np.copyto(src[interior(p.w, x.shape[2:])], x)
+        if p.strategy == "depthwise":
+            self._depthwise(ctx, p, src, inputs[1], y)
+        else:
+            for i in range(x.shape[0]):
+                self._image(ctx, p, src[i], weight, y[i])
+        if bias is not None:
+            np.add(y, bias.reshape((-1,) + (1,) * (y.ndim - 2)), out=y)
+
+    @staticmethod
+    def _image(ctx: KernelContext, p: _Plan, image: np.ndarray, weight: np.ndarray, y: np.ndarray) -> None:
+        """One image: columns (or the image itself) times the weight matrix, per group."""
+        m = y.shape[0]
+        out_size = y[0].size
+        if p.strategy == "pointwise" and p.col_scratch is None:
+            cols = image.reshape(image.shape[0], -1)
+        elif p.strategy == "pointwise":
+            cols = ctx.scratch[p.col_scratch]
+            np.copyto(cols.reshape(image.shape[0], *p.w.out), tap_view(image, p.w, (0,) * len(p.w.out)))
+        else:
+            cols = ctx.scratch[p.col_scratch]
+            np.copyto(cols.reshape((image.shape[0],) + p.w.kernel + p.w.out), patches(image, p.w))
+        g = p.group
+        ym = y.reshape(g, m // g, out_size)
+        colsg = cols.reshape(g, cols.shape[0] // g, out_size)
+        if p.blocks == 1:
+            np.matmul(weight, colsg, out=ym)
+            return
+        w2, c2, y2 = weight[0], colsg[0], ym[0]
+
+        def block(b: int) -> None:
+            r = slice(b * CHANNEL_BLOCK, (b + 1) * CHANNEL_BLOCK)
+            np.matmul(w2[r], c2, out=y2[r])
+
+        ctx.parallel_for(p.blocks, block)
+
+    @staticmethod
+    def _depthwise(ctx: KernelContext, p: _Plan, src: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
+        """One multiply-add per kernel tap over every channel at once."""
+        tmp = ctx.scratch[p.tmp_scratch]
+        lead = (1, -1) + (1,) * len(p.w.out)
+        first = True
+        for tap in taps(p.w):
+            wt = w[(slice(None), 0, *tap)].reshape(lead)
+            view = tap_view(src, p.w, tap)
+            if first:
+                np.multiply(view, wt, out=y)
+                first = False
+            else:
+                np.multiply(view, wt, out=tmp)
+                np.add(y, tmp, out=y)
