@@ -54,7 +54,9 @@ def mlp(hidden=(32, 16), n_in=24, n_out=10, seed=0, batch="N"):
 
 
 def add_chain(n=100, width=64):
-    nodes = [helper.make_node("Add", ["x" if i == 0 else f"v{i - 1}", "c"], [f"v{i}"]) for i in range(n)]
+    nodes = [
+        helper.make_node("Add", ["x" if i == 0 else f"v{i - 1}", "c"], [f"v{i}"]) for i in range(n)
+    ]
     nodes[-1].output[0] = "y"
     return make_model(
         nodes,
@@ -83,7 +85,9 @@ def small_cnn(seed=0, channels=8, bn=True):
     ]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1])]
     if bn:
-        nodes.append(helper.make_node("BatchNormalization", ["c1", "s", "bb", "mean", "var"], ["n1"]))
+        nodes.append(
+            helper.make_node("BatchNormalization", ["c1", "s", "bb", "mean", "var"], ["n1"])
+        )
     else:
         nodes.append(helper.make_node("Identity", ["c1"], ["n1"]))
     nodes += [

@@ -12,8 +12,6 @@ import contextlib
 import ctypes
 import threading
 
-import numpy as np
-
 _libc = ctypes.CDLL(None)
 _libc.malloc.restype = ctypes.c_void_p
 _libc.malloc.argtypes = [ctypes.c_size_t]
@@ -41,7 +39,11 @@ class _Allocator(ctypes.Structure):
 
 
 class _Handler(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("allocator", _Allocator)]
+    _fields_ = [
+        ("name", ctypes.c_char * 127),
+        ("version", ctypes.c_uint8),
+        ("allocator", _Allocator),
+    ]
 
 
 class _Counter:
@@ -96,7 +98,9 @@ def _array_api_function(index: int):
         from numpy._core import _multiarray_umath as mu
     except ImportError:  # numpy 1.x
         from numpy.core import _multiarray_umath as mu
-    table = ctypes.cast(_pyapi.PyCapsule_GetPointer(mu._ARRAY_API, None), ctypes.POINTER(ctypes.c_void_p))
+    table = ctypes.cast(
+        _pyapi.PyCapsule_GetPointer(mu._ARRAY_API, None), ctypes.POINTER(ctypes.c_void_p)
+    )
     return ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(table[index])
 
 

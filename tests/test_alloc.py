@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import graphrt
-from tests._numpy_alloc import count_numpy_allocations
 from tests._models import add_chain, light_model, mlp, small_cnn
+from tests._numpy_alloc import count_numpy_allocations
 
 
 def numpy_domain_bytes_kept(fn, repeat: int = 3) -> int:
-    """Bytes of numpy array data allocated by ``fn`` and still held (tracemalloc, numpy's domain)."""
+    """Bytes of numpy array data ``fn`` allocated and still holds (tracemalloc, numpy's domain)."""
     fn()
     tracemalloc.start()
     try:

@@ -31,7 +31,8 @@ class _TestBackend(GraphrtBackend):
             return super().prepare(model, device, **kwargs)
         except SessionError as exc:
             if exc.kind == "unsupported_operator" and exc.operators:
-                raise unittest.SkipTest("unsupported operator: " + ", ".join(exc.operators))
+                reason = "unsupported operator: " + ", ".join(exc.operators)
+                raise unittest.SkipTest(reason) from exc
             raise
 
 

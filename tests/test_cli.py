@@ -310,7 +310,10 @@ def test_profile_prints_operator_times_and_writes_a_trace(tmp_path, capsys):
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp(), path)
     trace = tmp_path / "trace.json"
-    assert main(["profile", str(path), "--dim", "N=3", "--repeat", "4", "--trace", str(trace), "-q"]) == 0
+    assert (
+        main(["profile", str(path), "--dim", "N=3", "--repeat", "4", "--trace", str(trace), "-q"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "4 run(s) profiled" in out and "MatMul" in out and "Gemm" in out
     events = json.loads(trace.read_text())["traceEvents"]

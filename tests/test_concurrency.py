@@ -42,7 +42,7 @@ def test_threads_equal_serial(make, shape_fn, intra):
             for r in range(RUNS):
                 i = t * RUNS + r
                 results[i] = sess.run(None, {"x": xs[i]})[0]
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]

@@ -29,15 +29,20 @@ def test_mlp_is_bit_identical_across_threads_and_plan_reuse(batch):
     assert len(set(results)) == 1
     # and it is the right answer (close to float64 arithmetic)
     fast = graphrt.Session(model).run(None, {"x": x})[0]
-    np.testing.assert_allclose(np.frombuffer(results[0], np.float32).reshape(fast.shape), fast, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.frombuffer(results[0], np.float32).reshape(fast.shape), fast, rtol=1e-4, atol=1e-5
+    )
 
 
 def test_exact_matmul_follows_the_documented_order():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((5, 40)).astype(np.float32) * 1e3
     b = rng.standard_normal((40, 6)).astype(np.float32)
-    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
-                       [tensor("a", shape=[5, 40]), tensor("b", shape=[40, 6])], [tensor("y", shape=[5, 6])])
+    model = make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [tensor("a", shape=[5, 40]), tensor("b", shape=[40, 6])],
+        [tensor("y", shape=[5, 6])],
+    )
     got = graphrt.Session(model, mode="exact").run(None, {"a": a, "b": b})[0]
     want = np.empty((5, 6), np.float32)
     for i in range(5):
@@ -50,8 +55,11 @@ def test_exact_matmul_follows_the_documented_order():
 
 
 def test_nan_results_are_canonical_in_exact_mode():
-    model = make_model([helper.make_node("Mul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
-                       [tensor("a", shape=[4]), tensor("b", shape=[4])], [tensor("y", shape=[4])])
+    model = make_model(
+        [helper.make_node("Mul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        [tensor("a", shape=[4]), tensor("b", shape=[4])],
+        [tensor("y", shape=[4])],
+    )
     payload = np.array([0x7FC12345, 0xFFC00001, 0x7F800001, 0x3F800000], np.uint32).view(np.float32)
     a = payload.copy()
     b = np.array([1, 1, 1, -0.0], np.float32)
@@ -75,8 +83,12 @@ def test_exact_gemm_epilogue_is_separate_multiply_and_add():
     a = rng.standard_normal((3, 8)).astype(np.float32)
     b = rng.standard_normal((8, 4)).astype(np.float32)
     c = rng.standard_normal((4,)).astype(np.float32)
-    model = make_model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.3, beta=1.7)],
-                       [tensor("a", shape=[3, 8])], [tensor("y", shape=[3, 4])], [init("b", b), init("c", c)])
+    model = make_model(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], alpha=0.3, beta=1.7)],
+        [tensor("a", shape=[3, 8])],
+        [tensor("y", shape=[3, 4])],
+        [init("b", b), init("c", c)],
+    )
     got = graphrt.Session(model, mode="exact").run(None, {"a": a})[0]
     prod = np.empty((3, 4), np.float32)
     for i in range(3):
@@ -94,10 +106,22 @@ def test_exact_integer_and_double_paths():
     for dtype, elem in ((np.int32, 6), (np.float64, 11), (np.int64, 7)):
         a = (rng.standard_normal((4, 5)) * 10).astype(dtype)
         b = (rng.standard_normal((5, 3)) * 10).astype(dtype)
-        model = make_model([helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Add", ["m", "a0"], ["y"])],
-                           [tensor("a", elem, [4, 5]), tensor("b", elem, [5, 3])], [tensor("y", elem, [4, 3])],
-                           [init("a0", np.ones(3, dtype))])
-        outs = {graphrt.Session(model, mode="exact", intra_op_threads=t).run(None, {"a": a, "b": b})[0].tobytes()
-                for t in (1, 3)}
+        model = make_model(
+            [
+                helper.make_node("MatMul", ["a", "b"], ["m"]),
+                helper.make_node("Add", ["m", "a0"], ["y"]),
+            ],
+            [tensor("a", elem, [4, 5]), tensor("b", elem, [5, 3])],
+            [tensor("y", elem, [4, 3])],
+            [init("a0", np.ones(3, dtype))],
+        )
+        outs = {
+            graphrt.Session(model, mode="exact", intra_op_threads=t)
+            .run(None, {"a": a, "b": b})[0]
+            .tobytes()
+            for t in (1, 3)
+        }
         assert len(outs) == 1
-        np.testing.assert_allclose(np.frombuffer(outs.pop(), dtype).reshape(4, 3), a @ b + 1, rtol=1e-12)
+        np.testing.assert_allclose(
+            np.frombuffer(outs.pop(), dtype).reshape(4, 3), a @ b + 1, rtol=1e-12
+        )

@@ -43,7 +43,9 @@ def schedules(draw):
             if draw(st.integers(0, 4)) == 0:  # a second output
                 extra = {20_000 + next_id: draw(st.integers(0, 3000))}
             steps.append(
-                MemStep(defs={next_id: size, **extra}, uses=uses, in_place=in_place, scratch=scratch)
+                MemStep(
+                    defs={next_id: size, **extra}, uses=uses, in_place=in_place, scratch=scratch
+                )
             )
             made.extend(extra)
         made.append(next_id)

@@ -53,7 +53,14 @@ def kitchen_sink(seed: int = 0) -> tuple[onnx.ModelProto, set[str]]:
     b = _Builder(seed)
     # -- convolutional trunk on x [2, 3, 12, 12]
     c = b.op("Conv", "x", b.rand(6, 3, 3, 3, scale=0.3), b.rand(6), pads=[1, 1, 1, 1])
-    bn = b.op("BatchNormalization", c, b.rand(6, positive=True), b.rand(6), b.rand(6), b.rand(6, positive=True))
+    bn = b.op(
+        "BatchNormalization",
+        c,
+        b.rand(6, positive=True),
+        b.rand(6),
+        b.rand(6),
+        b.rand(6, positive=True),
+    )
     lr = b.op("LeakyRelu", bn, alpha=0.1)
     mp = b.op("MaxPool", lr, kernel_shape=[2, 2], strides=[2, 2])  # [2, 6, 6, 6]
     ap = b.op("AveragePool", mp, kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0)
@@ -97,14 +104,24 @@ def kitchen_sink(seed: int = 0) -> tuple[onnx.ModelProto, set[str]]:
     rprod = b.op("ReduceProd", b.op("Sigmoid", mm), b.const([1], np.int64), keepdims=1)
     both = b.op("Concat", red, rsum, rmax, rmin, rprod, axis=1)  # [2, 5]
     tr = b.op("Transpose", mm, perm=[1, 0])  # [8, 2]
-    sl = b.op("Slice", tr, b.const([1], np.int64), b.const([7], np.int64), b.const([0], np.int64),
-              b.const([2], np.int64))  # [3, 2]
+    sl = b.op(
+        "Slice",
+        tr,
+        b.const([1], np.int64),
+        b.const([7], np.int64),
+        b.const([0], np.int64),
+        b.const([2], np.int64),
+    )  # [3, 2]
     fl = b.op("Flatten", gp, axis=1)  # [2, 6]
     fm = b.op("Flatten", gm, axis=1)
     ex2 = b.op("Expand", red, b.const([2, 6], np.int64))
     gt = b.op("Greater", fl, ex2)
     lt = b.op("Less", fm, ex2)
-    eq = b.op("Equal", b.op("Floor", b.op("Mul", fl, b.const(4.0))), b.op("Ceil", b.op("Mul", fm, b.const(4.0))))
+    eq = b.op(
+        "Equal",
+        b.op("Floor", b.op("Mul", fl, b.const(4.0))),
+        b.op("Ceil", b.op("Mul", fm, b.const(4.0))),
+    )
     cond = b.op("Or", b.op("And", gt, b.op("Not", lt)), b.op("Xor", eq, lt))
     wh = b.op("Where", cond, fl, fm)
     sign = b.op("Sign", b.op("Sub", wh, ex2))
@@ -112,7 +129,9 @@ def kitchen_sink(seed: int = 0) -> tuple[onnx.ModelProto, set[str]]:
     ge = b.op("GreaterOrEqual", cast, sign)
     le = b.op("LessOrEqual", cast, sign)
     ge_f = b.op("CastLike", b.op("Or", ge, le), cast)
-    cos = b.op("ConstantOfShape", b.const([2, 6], np.int64), value=helper.make_tensor("v", F, [1], [0.25]))
+    cos = b.op(
+        "ConstantOfShape", b.const([2, 6], np.int64), value=helper.make_tensor("v", F, [1], [0.25])
+    )
     rng = b.op("Range", b.const(0.0), b.const(6.0), b.const(1.0))
     hm = b.op("Hardmax", b.op("Add", b.op("Add", cast, cos), rng), axis=1)
     sq2 = b.op("Squeeze", b.op("Unsqueeze", hm, b.const([0], np.int64)), b.const([0], np.int64))

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import graphrt
 from graphrt import OpDef, OpKernel, hookimpl, plugins
@@ -69,7 +69,9 @@ def test_installed_third_party_plugin_is_found_and_used():
 @needs_autoload
 def test_plugin_installed_later_is_seen_only_by_later_sessions(tmp_path, monkeypatch):
     before = graphrt.Session(_model("Relu"))
-    _install_fake_distribution(tmp_path, "graphrt-ops-late", "ops-late", "late_plugin_mod", LATE_PLUGIN)
+    _install_fake_distribution(
+        tmp_path, "graphrt-ops-late", "ops-late", "late_plugin_mod", LATE_PLUGIN
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     after = graphrt.Session(_model("Cube", "com.late"))
     assert "ops-late" in after.plugins
@@ -134,7 +136,9 @@ def test_autoload_can_be_turned_off_by_environment():
         "print(sorted(p.snapshot().plugins))\n"
     )
     env = dict(os.environ, **{plugins.AUTOLOAD_ENV: "1"})
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split("\n")[:2] == ["[]", "['ops-basic']"]
 
 
@@ -145,16 +149,20 @@ BROKEN_PLUGIN = """
 
 @needs_autoload
 def test_broken_plugin_is_reported_and_skipped(tmp_path, monkeypatch):
-    _install_fake_distribution(tmp_path, "graphrt-ops-broken", "ops-broken", "broken_plugin_mod", BROKEN_PLUGIN)
+    _install_fake_distribution(
+        tmp_path, "graphrt-ops-broken", "ops-broken", "broken_plugin_mod", BROKEN_PLUGIN
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sess = graphrt.Session(_model("Relu"))
     messages = [str(w.message) for w in caught if issubclass(w.category, graphrt.PluginLoadWarning)]
-    assert any("'ops-broken'" in m and "libfrobnicate" in m and "graphrt-ops-broken" in m for m in messages)
+    assert any(
+        "'ops-broken'" in m and "libfrobnicate" in m and "graphrt-ops-broken" in m for m in messages
+    )
     assert "ops-broken" not in sess.plugins
     assert "ops-broken" in plugins.plugin_failures()
-    with pytest.raises(graphrt.PluginError, match="ops-broken.*libfrobnicate"):
+    with pytest.raises(graphrt.PluginError, match=r"ops-broken.*libfrobnicate"):
         graphrt.Session(_model("Relu"), strict_plugins=True)
 
 
@@ -169,7 +177,9 @@ def _relu_plugin(name_tag: str, priority: int):
             outputs[0][...] = {"a": 1.0, "b": 2.0}[self.tag]
 
     return types.SimpleNamespace(
-        graphrt_operators=hookimpl(lambda: [OpDef("Tagged", Tagged, domain="com.tie", priority=priority)])
+        graphrt_operators=hookimpl(
+            lambda: [OpDef("Tagged", Tagged, domain="com.tie", priority=priority)]
+        )
     )
 
 

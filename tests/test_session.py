@@ -50,20 +50,35 @@ def test_out_arrays_are_checked_and_overwritten():
     (got,) = sess.run(None, {"x": x}, out={"y": target})
     assert got is target
     np.testing.assert_array_equal(target, x + [1, 2, 3])
-    with pytest.raises(graphrt.SessionError, match=r"out\['y'\] is tensor\(double\) but the output is tensor\(float\)"):
+    with pytest.raises(
+        graphrt.SessionError,
+        match=r"out\['y'\] is tensor\(double\) but the output is tensor\(float\)",
+    ):
         sess.run(None, {"x": x}, out={"y": np.zeros((2, 3))})
-    with pytest.raises(graphrt.SessionError, match=r"out\['y'\] has shape \[3, 2\] but the output has shape \[2, 3\]"):
+    with pytest.raises(
+        graphrt.SessionError,
+        match=r"out\['y'\] has shape \[3, 2\] but the output has shape \[2, 3\]",
+    ):
         sess.run(None, {"x": x}, out={"y": np.zeros((3, 2), np.float32)})
 
 
 @pytest.mark.parametrize(
     ("feed", "message"),
     [
-        ({"x": np.ones((2, 3), np.float32), "z": 1}, "unknown input(s) 'z'; the model's inputs are 'x'"),
+        (
+            {"x": np.ones((2, 3), np.float32), "z": 1},
+            "unknown input(s) 'z'; the model's inputs are 'x'",
+        ),
         ({}, "input 'x' is missing"),
         ({"x": np.ones((2, 3), np.float64)}, "input 'x' must be tensor(float), got tensor(double)"),
-        ({"x": np.ones((3,), np.float32)}, "input 'x' must have rank 2 (shape [N, 3]), got shape [3]"),
-        ({"x": np.ones((2, 4), np.float32)}, "input 'x' axis 1 must be 3 (shape [N, 3]), got shape [2, 4]"),
+        (
+            {"x": np.ones((3,), np.float32)},
+            "input 'x' must have rank 2 (shape [N, 3]), got shape [3]",
+        ),
+        (
+            {"x": np.ones((2, 4), np.float32)},
+            "input 'x' axis 1 must be 3 (shape [N, 3]), got shape [2, 4]",
+        ),
     ],
 )
 def test_bad_inputs_are_refused_before_running(feed, message):
@@ -76,7 +91,9 @@ def test_bad_inputs_are_refused_before_running(feed, message):
 
 
 def test_unknown_output_name():
-    with pytest.raises(graphrt.SessionError, match="unknown output 'q'; the model's outputs are 'y'"):
+    with pytest.raises(
+        graphrt.SessionError, match="unknown output 'q'; the model's outputs are 'y'"
+    ):
         graphrt.Session(_relu_add()).run(["q"], {"x": np.ones((1, 3), np.float32)})
 
 
@@ -84,8 +101,11 @@ def test_inputs_are_never_modified_and_outputs_never_alias():
     # Identity of an input and of a weight: outputs must still be fresh arrays
     w = np.arange(3, dtype=np.float32)
     model = make_model(
-        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["w"], ["wy"]),
-         helper.make_node("Identity", ["x"], ["xy"])],
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Identity", ["w"], ["wy"]),
+            helper.make_node("Identity", ["x"], ["xy"]),
+        ],
         [tensor("x", shape=[3])],
         [tensor("r", shape=[3]), tensor("wy", shape=[3]), tensor("xy", shape=[3])],
         [init("w", w)],
@@ -98,7 +118,7 @@ def test_inputs_are_never_modified_and_outputs_never_alias():
     assert not np.shares_memory(xy1, x)
     wy1[:] = 42  # mutating an output must not change the model's weight or later results
     r1[:] = 42
-    r2, wy2, xy2 = sess.run(None, {"x": x})
+    r2, wy2, _ = sess.run(None, {"x": x})
     np.testing.assert_array_equal(wy2, w)
     np.testing.assert_array_equal(r2, [0, 0, 1])
     assert not np.shares_memory(r1, r2)
@@ -165,9 +185,12 @@ def test_invalid_models_name_what_is_wrong():
     assert info.value.kind == "invalid_model"
     undefined = make_model(
         [helper.make_node("Relu", ["nope"], ["y"], name="r1")],
-        [tensor("x", shape=[1])], [tensor("y", shape=[1])],
+        [tensor("x", shape=[1])],
+        [tensor("y", shape=[1])],
     )
-    with pytest.raises(graphrt.SessionError, match=r"node 'r1' \(Relu\) has undefined input\(s\) 'nope'") as info:
+    with pytest.raises(
+        graphrt.SessionError, match=r"node 'r1' \(Relu\) has undefined input\(s\) 'nope'"
+    ) as info:
         graphrt.Session(undefined)
     assert info.value.node == "r1"
     with pytest.raises(graphrt.SessionError, match="no model file at"):
@@ -176,9 +199,14 @@ def test_invalid_models_name_what_is_wrong():
 
 def test_every_missing_operator_is_listed_at_once():
     model = make_model(
-        [helper.make_node("Frob", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
-         helper.make_node("Blorp", ["b"], ["y"], domain="com.x"), helper.make_node("Frob", ["x"], ["c"])],
-        [tensor("x", shape=[1])], [tensor("y", shape=[1]), tensor("c", shape=[1])],
+        [
+            helper.make_node("Frob", ["x"], ["a"]),
+            helper.make_node("Relu", ["a"], ["b"]),
+            helper.make_node("Blorp", ["b"], ["y"], domain="com.x"),
+            helper.make_node("Frob", ["x"], ["c"]),
+        ],
+        [tensor("x", shape=[1])],
+        [tensor("y", shape=[1]), tensor("c", shape=[1])],
         domains=["com.x"],
     )
     with pytest.raises(graphrt.SessionError) as info:
@@ -195,7 +223,10 @@ def _external_model(tmp_path, location: str):
         e = t.external_data.add()
         e.key, e.value = k, v
     model = make_model(
-        [helper.make_node("Add", ["x", "w"], ["y"])], [tensor("x", shape=[4])], [tensor("y", shape=[4])], [t]
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tensor("x", shape=[4])],
+        [tensor("y", shape=[4])],
+        [t],
     )
     (tmp_path / "model").mkdir(exist_ok=True)
     path = tmp_path / "model" / "m.onnx"
@@ -222,8 +253,12 @@ def test_external_data_escaping_the_folder_is_refused(tmp_path, location):
 
 
 def test_options_are_validated():
-    for bad, kind in (({"mode": "turbo"}, "unsupported"), ({"optimization_level": "max"}, "unsupported"),
-                      ({"max_cached_plans": 0}, "unsupported"), ({"weight_storage": "int4"}, "unsupported")):
+    for bad, kind in (
+        ({"mode": "turbo"}, "unsupported"),
+        ({"optimization_level": "max"}, "unsupported"),
+        ({"max_cached_plans": 0}, "unsupported"),
+        ({"weight_storage": "int4"}, "unsupported"),
+    ):
         with pytest.raises(graphrt.SessionError) as info:
             graphrt.Session(_relu_add(), **bad)
         assert info.value.kind == kind
@@ -243,7 +278,8 @@ def test_weight_storage_rounds_weights():
 def test_happy_path_with_several_inputs_and_outputs():
     model = make_model(
         [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["a", "b"], ["p"])],
-        [tensor("a", shape=[2]), tensor("b", shape=[2])], [tensor("s", shape=[2]), tensor("p", shape=[2])],
+        [tensor("a", shape=[2]), tensor("b", shape=[2])],
+        [tensor("s", shape=[2]), tensor("p", shape=[2])],
     )
     m = graphrt.load(model)
     s, p = m(np.array([1, 2], np.float32), np.array([3, 4], np.float32))

@@ -40,9 +40,15 @@ class _RecordThreads(OpKernel):
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_intra_op_threads_are_used_exactly(threads):
     _RecordThreads.seen = set()
-    model = make_model([helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
-                       [tensor("x", shape=[64])], [tensor("y", shape=[64])], domains=["com.t"])
-    sess = graphrt.Session(model, intra_op_threads=threads, custom_kernels={("com.t", "Rec"): _RecordThreads})
+    model = make_model(
+        [helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
+        [tensor("x", shape=[64])],
+        [tensor("y", shape=[64])],
+        domains=["com.t"],
+    )
+    sess = graphrt.Session(
+        model, intra_op_threads=threads, custom_kernels={("com.t", "Rec"): _RecordThreads}
+    )
     assert sess.threads == threads
     x = np.arange(64, dtype=np.float32)
     for _ in range(20):  # enough blocks for every worker to claim some
@@ -72,18 +78,27 @@ def test_blas_is_limited_while_sessions_are_open():
     assert _blas_threads() == original
 
 
-@pytest.mark.parametrize("make,shape", [(mlp, (300, 24)), (small_cnn, (3, 3, 16, 16))], ids=["mlp", "cnn"])
+@pytest.mark.parametrize(
+    "make,shape", [(mlp, (300, 24)), (small_cnn, (3, 3, 16, 16))], ids=["mlp", "cnn"]
+)
 def test_fast_mode_results_do_not_depend_on_thread_count(make, shape):
     model = make() if make is not mlp else mlp(hidden=(256, 300))
     x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
-    bits = {graphrt.Session(model, intra_op_threads=t).run(None, {"x": x})[0].tobytes() for t in (1, 2, 4)}
+    bits = {
+        graphrt.Session(model, intra_op_threads=t).run(None, {"x": x})[0].tobytes()
+        for t in (1, 2, 4)
+    }
     assert len(bits) == 1
 
 
 def test_custom_kernel_registration_through_opdef():
     sess = graphrt.Session(
-        make_model([helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
-                   [tensor("x", shape=[16])], [tensor("y", shape=[16])], domains=["com.t"]),
+        make_model(
+            [helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
+            [tensor("x", shape=[16])],
+            [tensor("y", shape=[16])],
+            domains=["com.t"],
+        ),
         custom_kernels=[OpDef("Rec", _RecordThreads, domain="com.t")],
     )
     x = np.ones(16, np.float32)

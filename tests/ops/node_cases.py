@@ -7,7 +7,6 @@ session-level conformance run is tests/test_backend.py.
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 import onnx
@@ -19,9 +18,9 @@ from graphrt.kernel import evaluate_node
 
 @functools.lru_cache(maxsize=1)
 def all_cases():
-    from onnx.backend.test.case.node import collect_testcases
-
     import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -29,13 +28,16 @@ def all_cases():
 
 
 def single_node_cases(op_types: set[str]):
-    """(name, model, inputs, outputs) of every generated case whose graph is one node of op_types."""
+    """(name, model, inputs, outputs) of every generated case that is one node of op_types."""
     out = []
     for case in all_cases():
         model = case.model
         if model is None or len(model.graph.node) != 1:
             continue
-        if model.graph.node[0].op_type not in op_types or model.graph.node[0].domain not in ("", "ai.onnx"):
+        if model.graph.node[0].op_type not in op_types or model.graph.node[0].domain not in (
+            "",
+            "ai.onnx",
+        ):
             continue
         for inputs, outputs in case.data_sets:
             out.append((case.name, model, inputs, outputs))
@@ -61,4 +63,7 @@ def run_case(kernel_factory, model, inputs, outputs, rtol=1e-3, atol=1e-7):
     for expected, actual in zip(outputs, got):
         expected = _to_array(expected)
         np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
-        assert np.asarray(actual).dtype == np.asarray(expected).dtype, (actual.dtype, expected.dtype)
+        assert np.asarray(actual).dtype == np.asarray(expected).dtype, (
+            actual.dtype,
+            expected.dtype,
+        )

@@ -31,15 +31,57 @@ from tests._numpy_alloc import count_numpy_allocations
 from tests.ops.node_cases import run_case, single_node_cases
 
 OPS = {
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitShift",
-    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-    "Sum", "Max", "Min", "Mean",
-    "Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal",
-    "Floor", "Ceil", "Sign", "Softplus",
-    "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Clip",
-    "Where", "Cast", "CastLike", "Dropout",
-    "Softmax", "LogSoftmax", "Hardmax",
-    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Mod",
+    "BitShift",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Not",
+    "Sum",
+    "Max",
+    "Min",
+    "Mean",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Erf",
+    "Sqrt",
+    "Exp",
+    "Log",
+    "Neg",
+    "Abs",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Sign",
+    "Softplus",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "HardSigmoid",
+    "Clip",
+    "Where",
+    "Cast",
+    "CastLike",
+    "Dropout",
+    "Softmax",
+    "LogSoftmax",
+    "Hardmax",
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
 }
 FACTORIES = {d.op_type: d.factory for d in OPERATORS if d.op_type in OPS and d.domain == ""}
 
@@ -139,8 +181,9 @@ def bind_in_place(op: str, *inputs, opset: int = 21, exact: bool = False, **attr
     return out
 
 
-def session_for(op: str, inputs: dict, opset: int = 21, mode: str = "fast", threads: int = 1,
-                **attrs):
+def session_for(
+    op: str, inputs: dict, opset: int = 21, mode: str = "fast", threads: int = 1, **attrs
+):
     node = helper.make_node(op, list(inputs), ["y"], **attrs)
     decls = [
         helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
@@ -194,8 +237,23 @@ def test_exact_mode_relu_turns_negative_zero_positive():
 def test_exact_support_is_declared_only_where_bits_are_fixed():
     exact = {op for op, f in FACTORIES.items() if f.supports_exact}
     assert {"Add", "Sub", "Mul", "Div", "Relu", "Equal", "Less", "And", "Xor", "Where"} <= exact
-    transcendental = {"Pow", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Softmax", "LogSoftmax",
-                      "Softplus", "Elu", "Selu", "ReduceSum", "ReduceMean", "Sum", "Mean"}
+    transcendental = {
+        "Pow",
+        "Sigmoid",
+        "Tanh",
+        "Erf",
+        "Exp",
+        "Log",
+        "Softmax",
+        "LogSoftmax",
+        "Softplus",
+        "Elu",
+        "Selu",
+        "ReduceSum",
+        "ReduceMean",
+        "Sum",
+        "Mean",
+    }
     assert not exact & transcendental
     x = np.ones(3, np.float32)
     with pytest.raises(SessionError) as err:
@@ -275,8 +333,9 @@ def test_in_place_when_input_0_is_also_a_later_input():
         kernel = FACTORIES[op](node_info(helper.make_node(op, names, ["y"]), opset))
         a = arrays[0]
         inputs = [a if n == "a" else arrays[1] for n in names]
-        ictx = InferContext([x.dtype for x in inputs], [x.shape for x in inputs],
-                            [None] * len(inputs), 1)
+        ictx = InferContext(
+            [x.dtype for x in inputs], [x.shape for x in inputs], [None] * len(inputs), 1
+        )
         kernel.infer(ictx)
         scratch = [np.full(s, 3, dtype=d) for d, s in ictx.scratch]
         kernel.bind(KernelContext(ictx.prepared, scratch), inputs, [a])()
@@ -320,8 +379,11 @@ def test_mixed_input_types_are_refused_except_for_pow():
 
 
 def test_bad_attributes_are_invalid_model():
-    for op, attrs in [("Mod", {"fmod": 2}), ("BitShift", {"direction": "UP"}),
-                      ("Cast", {"to": 9999})]:
+    for op, attrs in [
+        ("Mod", {"fmod": 2}),
+        ("BitShift", {"direction": "UP"}),
+        ("Cast", {"to": 9999}),
+    ]:
         with pytest.raises(SessionError) as err:
             kernel_for(op, **attrs)
         assert err.value.kind in ("invalid_model", "unsupported"), op
@@ -337,14 +399,16 @@ def test_bad_attributes_are_invalid_model():
 
 
 def test_erf_float64_matches_math_erf_to_1e15():
-    grid = np.concatenate([
-        np.linspace(-7.0, 7.0, 140_001),
-        np.linspace(0.46, 0.48, 2001),  # the first interval's edge
-        np.linspace(3.99, 4.01, 2001),  # the second interval's edge
-        np.geomspace(1e-300, 1.0, 3000),
-        -np.geomspace(1e-300, 30.0, 3000),
-        [5.9, 6.0, 26.5, 27.0, 1e10, 1e300, np.inf, -np.inf, 0.0, -0.0],
-    ])
+    grid = np.concatenate(
+        [
+            np.linspace(-7.0, 7.0, 140_001),
+            np.linspace(0.46, 0.48, 2001),  # the first interval's edge
+            np.linspace(3.99, 4.01, 2001),  # the second interval's edge
+            np.geomspace(1e-300, 1.0, 3000),
+            -np.geomspace(1e-300, 30.0, 3000),
+            [5.9, 6.0, 26.5, 27.0, 1e10, 1e300, np.inf, -np.inf, 0.0, -0.0],
+        ]
+    )
     got = evaluate("Erf", grid)
     want = np.array([math.erf(v) for v in grid])
     rel = np.abs(got - want) / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
@@ -456,8 +520,9 @@ def test_bitshift_out_of_range_amounts_follow_opset_28():
 
 
 def test_clip_with_min_above_max_gives_max_and_keeps_nan():
-    got = evaluate("Clip", np.float32([1, 5, np.nan]), np.array(4, np.float32),
-                   np.array(2, np.float32))
+    got = evaluate(
+        "Clip", np.float32([1, 5, np.nan]), np.array(4, np.float32), np.array(2, np.float32)
+    )
     assert got[:2].tolist() == [2, 2] and np.isnan(got[2])
 
 
@@ -538,8 +603,9 @@ def test_reductions_over_nothing_give_the_identity():
     x = np.zeros((2, 0, 3), np.float32)
     assert evaluate("ReduceSum", x, np.int64([1]), opset=13).tolist() == [[[0, 0, 0]]] * 2
     assert (evaluate("ReduceMax", x, np.int64([1]), opset=18) == -np.inf).all()
-    assert (evaluate("ReduceMin", x.astype(np.int32), np.int64([1]), opset=18)
-            == np.iinfo(np.int32).max).all()
+    assert (
+        evaluate("ReduceMin", x.astype(np.int32), np.int64([1]), opset=18) == np.iinfo(np.int32).max
+    ).all()
     assert (evaluate("ReduceProd", x, np.int64([1]), opset=18) == 1).all()
 
 
@@ -605,15 +671,20 @@ def test_cast_to_and_from_strings():
     ints = evaluate("Cast", np.array(["12", "-7", "300", "2.9"], object), to=TensorProto.INT8)
     assert ints.tolist() == [12, -7, 44, 2]  # 300 keeps its low 8 bits; "2.9" truncates
     assert evaluate("Cast", np.array([True, False]), to=TensorProto.STRING).tolist() == [
-        "True", "False"
+        "True",
+        "False",
     ]
 
 
 @pytest.mark.parametrize("saturate", [0, 1])
 @pytest.mark.parametrize(
     "to",
-    [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
-     TensorProto.FLOAT8E5M2FNUZ],
+    [
+        TensorProto.FLOAT8E4M3FN,
+        TensorProto.FLOAT8E4M3FNUZ,
+        TensorProto.FLOAT8E5M2,
+        TensorProto.FLOAT8E5M2FNUZ,
+    ],
 )
 @pytest.mark.parametrize("src", [np.float32, np.float16, np.float64])
 def test_cast_to_float8_saturates_as_onnx_says(saturate, to, src):
@@ -631,13 +702,20 @@ def test_cast_to_float8_saturates_as_onnx_says(saturate, to, src):
 def test_cast_to_e8m0_rounds_by_mode(round_mode, saturate):
     def cast(values):
         x = np.array(values, np.float32)
-        got = evaluate("Cast", x, opset=24, to=TensorProto.FLOAT8E8M0, saturate=saturate,
-                       round_mode=round_mode)
+        got = evaluate(
+            "Cast", x, opset=24, to=TensorProto.FLOAT8E8M0, saturate=saturate, round_mode=round_mode
+        )
         return got.view(np.uint8).tolist()
 
     normal = [0.124, 0.25, 0.375, 0.376, 1.1, 1.5, 3.0, 1e38, 2.0**-126 * 1.5]
-    want = reference("Cast", np.array(normal, np.float32), opset=24, to=TensorProto.FLOAT8E8M0,
-                     saturate=saturate, round_mode=round_mode)
+    want = reference(
+        "Cast",
+        np.array(normal, np.float32),
+        opset=24,
+        to=TensorProto.FLOAT8E8M0,
+        saturate=saturate,
+        round_mode=round_mode,
+    )
     assert cast(normal) == want.view(np.uint8).tolist()
     # The spec's table (onnx's reference evaluator differs on 0 and inf), and float32
     # subnormals by value (the reference works on their exponent bits): 2**-127 is exact,
@@ -707,8 +785,11 @@ def _chain_model():
         helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
     ]
     graph = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", f, [8, 16])],
-        [helper.make_tensor_value_info("y", f, [8, 16])], inits,
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", f, [8, 16])],
+        [helper.make_tensor_value_info("y", f, [8, 16])],
+        inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 

@@ -18,7 +18,15 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from graphrt.session import Session
 
-__all__ = ["GraphrtBackend", "GraphrtRep", "is_compatible", "prepare", "run_model", "run_node", "supports_device"]
+__all__ = [
+    "GraphrtBackend",
+    "GraphrtRep",
+    "is_compatible",
+    "prepare",
+    "run_model",
+    "run_node",
+    "supports_device",
+]
 
 
 class GraphrtRep(BackendRep):
@@ -33,9 +41,7 @@ class GraphrtRep(BackendRep):
             feed = dict(inputs)
         elif isinstance(inputs, (list, tuple)):
             if len(inputs) > len(self._names):
-                raise ValueError(
-                    f"{len(inputs)} inputs given, the model takes {len(self._names)}"
-                )
+                raise ValueError(f"{len(inputs)} inputs given, the model takes {len(self._names)}")
             feed = dict(zip(self._names, inputs))
         else:
             feed = {self._names[0]: inputs}
@@ -96,8 +102,16 @@ class GraphrtBackend(Backend):
 
 
 _SESSION_OPTIONS = {
-    "mode", "intra_op_threads", "optimization_level", "weight_storage", "max_cached_plans",
-    "plugins", "custom_kernels", "check_shapes", "kernel_path", "debug",
+    "mode",
+    "intra_op_threads",
+    "optimization_level",
+    "weight_storage",
+    "max_cached_plans",
+    "plugins",
+    "custom_kernels",
+    "check_shapes",
+    "kernel_path",
+    "debug",
 }
 
 prepare = GraphrtBackend.prepare

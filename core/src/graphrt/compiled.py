@@ -59,7 +59,9 @@ def compile_model(
     cancellation: Any = None,
 ) -> CompiledGraph:
     if level not in LEVELS:
-        raise SessionError("unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}")
+        raise SessionError(
+            "unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}"
+        )
     nodes = _resolve(ir, table, cancellation)
     if exact:
         _check_exact(nodes)
@@ -145,12 +147,18 @@ def _resolve(ir: IrModel, table: OperatorTable, cancellation: Any) -> list[PassN
             op_def = table.lookup(n.domain, n.op_type, opset)
         except PluginError as exc:
             raise SessionError("unsupported_operator", str(exc), node=n.name) from exc
-        label = f"{n.op_type} (opset {opset})" if not n.domain else f"{n.domain}.{n.op_type} (opset {opset})"
+        label = (
+            f"{n.op_type} (opset {opset})"
+            if not n.domain
+            else f"{n.domain}.{n.op_type} (opset {opset})"
+        )
         if op_def is None:
             if label not in missing:
                 missing.append(label)
             continue
-        resolved.append(PassNode(node_info(n.proto, opset), op_def, list(n.inputs), list(n.outputs)))
+        resolved.append(
+            PassNode(node_info(n.proto, opset), op_def, list(n.inputs), list(n.outputs))
+        )
     if missing:
         plugins = ", ".join(table.plugins) or "none"
         raise SessionError(
@@ -183,7 +191,7 @@ def _build_kernel(node: PassNode, path: KernelPath | None) -> OpKernel:
         native = path.kernels.get((node.info.domain, node.op_type))
         if native is not None:
             base = factory
-            factory = lambda info, _n=native, _b=base: _n(info, _b)  # noqa: E731
+            factory = lambda info, _n=native, _b=base: _n(info, _b)
     try:
         return factory(node.info)
     except SessionError:

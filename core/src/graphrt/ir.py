@@ -166,7 +166,9 @@ def topological_order(
             if o:
                 if o in producers or o in known:
                     raise SessionError(
-                        "invalid_model", f"value {o!r} is produced twice (node {n.name!r})", node=n.name
+                        "invalid_model",
+                        f"value {o!r} is produced twice (node {n.name!r})",
+                        node=n.name,
                     )
                 producers[o] = i
     order: list[IrNode] = []
@@ -289,7 +291,9 @@ def _with_external_data(t: TensorProto, base_dir: str | None) -> TensorProto:
             "folder (a symbolic link?)",
         )
     if not os.path.isfile(path):
-        raise SessionError("invalid_model", f"tensor {t.name!r}: external data file {location!r} is missing")
+        raise SessionError(
+            "invalid_model", f"tensor {t.name!r}: external data file {location!r} is missing"
+        )
     offset = int(info.get("offset", 0) or 0)
     length = info.get("length")
     with open(path, "rb") as f:

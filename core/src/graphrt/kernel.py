@@ -148,7 +148,7 @@ class OpDef:
 class InferContext:
     """What ``infer`` sees: input types, shapes and (when known) values; where it states outputs."""
 
-    __slots__ = ("_dtypes", "_shapes", "_values", "_out", "_const", "prepared", "exact", "scratch")
+    __slots__ = ("_const", "_dtypes", "_out", "_shapes", "_values", "exact", "prepared", "scratch")
 
     def __init__(
         self,
@@ -230,7 +230,7 @@ class InferContext:
 class KernelContext:
     """What ``run`` sees besides its arrays; one per step per run state, reused across runs."""
 
-    __slots__ = ("prepared", "scratch", "exact", "pool", "arena", "allocated", "node")
+    __slots__ = ("allocated", "arena", "exact", "node", "pool", "prepared", "scratch")
 
     def __init__(
         self,
@@ -305,7 +305,7 @@ def evaluate_node(
     consts = ictx.constant_outputs()
     types = ictx.output_types()
     if kernel.view_of_input:
-        dtype, shape = types[0]
+        _, shape = types[0]
         return [np.asarray(inputs[0]).reshape(shape)] + [None] * (num_outputs - 1)
     if any(c is not None for c in consts):
         return [None if c is None else c for c in consts]

@@ -28,7 +28,9 @@ class KernelPath:
     name: str
     rank: int
     available: Callable[[], bool]
-    kernels: Mapping[tuple[str, str], Callable[[NodeInfo, Callable[[NodeInfo], OpKernel]], OpKernel]]
+    kernels: Mapping[
+        tuple[str, str], Callable[[NodeInfo, Callable[[NodeInfo], OpKernel]], OpKernel]
+    ]
     plugin: str = ""
 
 

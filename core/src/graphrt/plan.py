@@ -161,7 +161,9 @@ def build_plan(
                 for o, val in zip(node.outputs, values):
                     if o >= 0:
                         constants[o] = val
-                        types[o] = ValueType(val.dtype, val.shape) if isinstance(val, np.ndarray) else None
+                        types[o] = (
+                            ValueType(val.dtype, val.shape) if isinstance(val, np.ndarray) else None
+                        )
                 folded += 1
                 continue
         if kernel.outputs_data_dependent:
@@ -239,7 +241,9 @@ def build_plan(
         from graphrt.shapes import plan_checks
 
         checks = plan_checks(graph, steps)
-    return ExecutionPlan(graph, key, steps, types, constants, dynamic, memory, folded, debug, checks)
+    return ExecutionPlan(
+        graph, key, steps, types, constants, dynamic, memory, folded, debug, checks
+    )
 
 
 def _foldable(node: CNode) -> bool:
@@ -247,8 +251,12 @@ def _foldable(node: CNode) -> bool:
     if proto is not None and any(a.type in (5, 10) for a in proto.attribute):
         return False
     return node.info.op_type not in (
-        "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-        "Multinomial", "Bernoulli",
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
     )
 
 
@@ -274,7 +282,7 @@ def _plan_memory(
     keep_all: bool = False,
 ) -> tuple[MemoryPlan, list[Step]]:
     """Lay out static values: input staging areas, step outputs, views and scratch."""
-    in_slab = lambda v: v >= 0 and v not in constants and v not in dynamic  # noqa: E731
+    in_slab = lambda v: v >= 0 and v not in constants and v not in dynamic
     preplaced = {v: types[v].nbytes for v in graph.input_ids if in_slab(v)}
     next_id = len(graph.names)
     mem_steps: list[MemStep] = []
@@ -300,11 +308,7 @@ def _plan_memory(
             src, out = node.inputs[ip], node.outputs[0]
             # same type and size, and read through one input only: a kernel may then treat
             # output and input as one array without re-reading the input after writing
-            if (
-                in_slab(src)
-                and types[src] == types[out]
-                and node.inputs.count(src) == 1
-            ):
+            if in_slab(src) and types[src] == types[out] and node.inputs.count(src) == 1:
                 in_place = (out, src)
         scratch_ids = []
         scratch = {}

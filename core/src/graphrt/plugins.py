@@ -85,7 +85,7 @@ def _entry_point_plugins(strict: bool) -> dict[str, Any]:
         if module is None:
             try:
                 module = ep.load()
-            except Exception as exc:  # noqa: BLE001 - any import failure is the plugin's
+            except Exception as exc:
                 dist = getattr(getattr(ep, "dist", None), "name", "?")
                 why = f"{type(exc).__name__}: {exc}"
                 message = (
@@ -240,7 +240,9 @@ def _custom_definitions(custom: Any) -> list[OpDef]:
     items = custom.items() if isinstance(custom, Mapping) else [(None, d) for d in custom]
     for key, value in items:
         if isinstance(value, OpDef):
-            out.append(dataclasses.replace(value, priority=_CUSTOM_PRIORITY, plugin="custom_kernels"))
+            out.append(
+                dataclasses.replace(value, priority=_CUSTOM_PRIORITY, plugin="custom_kernels")
+            )
             continue
         domain, op_type = ("", key) if isinstance(key, str) else key
         out.append(

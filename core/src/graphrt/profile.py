@@ -73,7 +73,10 @@ class Profiler:
 
     def summary(self) -> str:
         runs = [e for e in self.events if e.kind == "run"]
-        lines = [f"{len(runs)} run(s) profiled" + (f", {self.dropped} events dropped" if self.dropped else "")]
+        lines = [
+            f"{len(runs)} run(s) profiled"
+            + (f", {self.dropped} events dropped" if self.dropped else "")
+        ]
         lines.append(f"{'operator':<28}{'calls':>8}{'total ms':>12}{'share':>8}")
         for op, n, ms, share in self.by_operator():
             lines.append(f"{op:<28}{n:>8}{ms:>12.3f}{share:>7.1%}")

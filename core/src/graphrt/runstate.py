@@ -119,8 +119,12 @@ class RunState:
                 for sid, (dt, shape) in zip(st.scratch_ids, st.scratch)
             ]
             kctx = KernelContext(
-                prepared=st.prepared, scratch=scratch, exact=graph.exact, pool=pool,
-                arena=self.arena, node=node.info,
+                prepared=st.prepared,
+                scratch=scratch,
+                exact=graph.exact,
+                pool=pool,
+                arena=self.arena,
+                node=node.info,
             )
             self.contexts.append(kctx)
             ins = [values[v] if v >= 0 else None for v in node.inputs]

@@ -224,7 +224,10 @@ class Session:
 
     def plan_for(self, feeds: Sequence[Any]) -> ExecutionPlan:
         """The plan for these inputs (arrays or (dtype, shape) pairs), made once and cached."""
-        types = [(x.dtype, x.shape) if isinstance(x, np.ndarray) else (np.dtype(x[0]), tuple(x[1])) for x in feeds]
+        types = [
+            (x.dtype, x.shape) if isinstance(x, np.ndarray) else (np.dtype(x[0]), tuple(x[1]))
+            for x in feeds
+        ]
         key = tuple((np.dtype(d).str, tuple(s)) for d, s in types)
         plan = self._plans.get(key)
         if plan is not None:
@@ -266,7 +269,7 @@ class Session:
         }
 
     def explain(self, feeds: Sequence[Any]) -> str:
-        """The plan for these inputs as text: schedule, slab offsets, reuse (see graphrt explain)."""
+        """The plan for these inputs as text: schedule, slab offsets, reuse."""
         from graphrt.explain import explain
 
         if isinstance(feeds, Mapping):
@@ -281,7 +284,8 @@ class Session:
     def _validate_inputs(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
         if not isinstance(feed, Mapping):
             raise SessionError(
-                "invalid_input", f"input_feed must be a dict of name -> array, not {type(feed).__name__}"
+                "invalid_input",
+                f"input_feed must be a dict of name -> array, not {type(feed).__name__}",
             )
         known = {d.name for d in self._input_decls}
         unknown = [k for k in feed if k not in known]
@@ -314,19 +318,26 @@ class Session:
             indices.append(self._output_index[n])
         return indices
 
-    def _validate_out(self, out: Mapping[str, np.ndarray], indices: list[int]) -> dict[int, np.ndarray]:
+    def _validate_out(
+        self, out: Mapping[str, np.ndarray], indices: list[int]
+    ) -> dict[int, np.ndarray]:
         arrays = {}
         for name, arr in out.items():
             i = self._output_index.get(name)
             if i is None or i not in indices:
-                raise SessionError("invalid_input", f"out names {name!r}, which is not a requested output")
+                raise SessionError(
+                    "invalid_input", f"out names {name!r}, which is not a requested output"
+                )
             if not isinstance(arr, np.ndarray) or not arr.flags.writeable:
-                raise SessionError("invalid_input", f"out[{name!r}] must be a writeable numpy array")
+                raise SessionError(
+                    "invalid_input", f"out[{name!r}] must be a writeable numpy array"
+                )
             want = self._outputs[i].dtype
             if want is not None and arr.dtype != want:
                 raise SessionError(
                     "invalid_input",
-                    f"out[{name!r}] is {dtypes.name_of(arr.dtype)} but the output is {dtypes.name_of(want)}",
+                    f"out[{name!r}] is {dtypes.name_of(arr.dtype)} but the output is "
+                    f"{dtypes.name_of(want)}",
                 )
             arrays[i] = arr
         return arrays

@@ -40,7 +40,9 @@ def format_dims(dims: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def check_value(bindings: dict[str, tuple[int, str, int]], check: Check, shape: Sequence[int]) -> None:
+def check_value(
+    bindings: dict[str, tuple[int, str, int]], check: Check, shape: Sequence[int]
+) -> None:
     """Check one value's actual shape against its annotation, binding symbols on first sight."""
     dims = check.dims
     if len(shape) != len(dims):

@@ -60,7 +60,7 @@ class IntraOpPool:
                     return
                 try:
                     fn(i)
-                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                except BaseException as exc:
                     errors.append(exc)
                     return
 
@@ -91,7 +91,7 @@ def blas_session_opened() -> None:
                 from threadpoolctl import threadpool_limits
 
                 _blas_limiter = threadpool_limits(limits=1, user_api="blas")
-            except Exception:  # noqa: BLE001 - no threadpoolctl or no BLAS: nothing to limit
+            except Exception:
                 _blas_limiter = None
 
 

@@ -51,7 +51,10 @@ class PassGraph:
     """The mutable, shape-free graph passes edit."""
 
     def __init__(
-        self, nodes: list[PassNode], constants: dict[str, np.ndarray], inputs: list[str],
+        self,
+        nodes: list[PassNode],
+        constants: dict[str, np.ndarray],
+        inputs: list[str],
         outputs: list[str],
     ) -> None:
         self.nodes = nodes

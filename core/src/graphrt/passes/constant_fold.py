@@ -56,8 +56,14 @@ class ConstantFolding(GraphPass):
             return False
         if any(a.type in (5, 10) for a in node.info.proto.attribute):  # GRAPH, GRAPHS
             return False
-        if node.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike",
-                            "RandomUniformLike", "Multinomial", "Bernoulli"):
+        if node.op_type in (
+            "RandomNormal",
+            "RandomUniform",
+            "RandomNormalLike",
+            "RandomUniformLike",
+            "Multinomial",
+            "Bernoulli",
+        ):
             return False
         if node.op_type == "Dropout" and len(node.inputs) > 2 and node.inputs[2]:
             return False

@@ -55,7 +55,13 @@ def window(
         big = [t - t // 2 for t in total]
         begin, end = (small, big) if auto == "SAME_UPPER" else (big, small)
         return Window(
-            tuple(kernel_shape), strides, dilations, tuple(begin), tuple(end), tuple(out), tuple(end)
+            tuple(kernel_shape),
+            strides,
+            dilations,
+            tuple(begin),
+            tuple(end),
+            tuple(out),
+            tuple(end),
         )
     if auto == "VALID":
         begin = end = [0] * rank
@@ -88,8 +94,8 @@ def window(
 
 
 def padded_shape(shape: Sequence[int], w: Window) -> tuple[int, ...]:
-    lead = tuple(shape[:-len(w.kernel)])
-    spatial = shape[-len(w.kernel):]
+    lead = tuple(shape[: -len(w.kernel)])
+    spatial = shape[-len(w.kernel) :]
     return lead + tuple(n + b + e for n, b, e in zip(spatial, w.pads_begin, w.pads_end))
 
 

@@ -21,13 +21,15 @@ class Constant(OpKernel):
         given = {k: v for k, v in node.attrs.items() if v is not None}
         if len(given) != 1:
             raise self.fail(f"needs exactly one value attribute, got {sorted(given) or 'none'}")
-        (name, v), = given.items()
+        ((name, v),) = given.items()
         if name == "value":
             return v if isinstance(v, np.ndarray) else numpy_helper.to_array(v)
         if name == "sparse_value":
             return _dense(v)
         scalars = {
-            "value_float": np.float32, "value_int": np.int64, "value_string": object,
+            "value_float": np.float32,
+            "value_int": np.int64,
+            "value_string": object,
         }
         lists = {"value_floats": np.float32, "value_ints": np.int64, "value_strings": object}
         if name in scalars:

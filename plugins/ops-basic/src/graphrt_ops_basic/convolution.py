@@ -43,13 +43,16 @@ class Conv(OpKernel):
         same_types(self, ctx, 3)
         x, wshape = ctx.shape(0), ctx.shape(1)
         if len(x) < 3 or len(wshape) != len(x):
-            raise self.fail(f"X {list(x)} and W {list(wshape)} must be (N, C, spatial...)", "invalid_input")
+            raise self.fail(
+                f"X {list(x)} and W {list(wshape)} must be (N, C, spatial...)", "invalid_input"
+            )
         group = self.node.attr("group", 1)
         n, c = x[0], x[1]
         m = wshape[0]
         if c % group or m % group or wshape[1] * group != c:
             raise self.fail(
-                f"W {list(wshape)} does not fit {c} input channels in {group} group(s)", "invalid_input"
+                f"W {list(wshape)} does not fit {c} input channels in {group} group(s)",
+                "invalid_input",
             )
         k = tuple(self.node.attr("kernel_shape") or wshape[2:])
         if k != tuple(wshape[2:]):
@@ -82,7 +85,12 @@ class Conv(OpKernel):
             weight = np.ascontiguousarray(weight.reshape(group, m // group, -1))
         work = n * m * out_size * (c // group) * kprod
         blocks = 1
-        if strategy != "depthwise" and group == 1 and work >= PARALLEL_THRESHOLD and m > CHANNEL_BLOCK:
+        if (
+            strategy != "depthwise"
+            and group == 1
+            and work >= PARALLEL_THRESHOLD
+            and m > CHANNEL_BLOCK
+        ):
             blocks = -(-m // CHANNEL_BLOCK)
         ctx.prepared = _Plan(strategy, w, group, weight, pad, col, tmp, blocks)
 
@@ -90,7 +98,11 @@ class Conv(OpKernel):
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
-        weight = p.weight if p.weight is not None else inputs[1].reshape(p.group, y.shape[1] // p.group, -1)
+        weight = (
+            p.weight
+            if p.weight is not None
+            else inputs[1].reshape(p.group, y.shape[1] // p.group, -1)
+        )
         src = x
         if p.pad_scratch is not None:
             src = ctx.scratch[p.pad_scratch]
@@ -105,7 +117,9 @@ class Conv(OpKernel):
             np.add(y, bias.reshape((-1,) + (1,) * (y.ndim - 2)), out=y)
 
     @staticmethod
-    def _image(ctx: KernelContext, p: _Plan, image: np.ndarray, weight: np.ndarray, y: np.ndarray) -> None:
+    def _image(
+        ctx: KernelContext, p: _Plan, image: np.ndarray, weight: np.ndarray, y: np.ndarray
+    ) -> None:
         """One image: columns (or the image itself) times the weight matrix, per group."""
         m = y.shape[0]
         out_size = y[0].size
@@ -113,7 +127,9 @@ class Conv(OpKernel):
             cols = image.reshape(image.shape[0], -1)
         elif p.strategy == "pointwise":
             cols = ctx.scratch[p.col_scratch]
-            np.copyto(cols.reshape(image.shape[0], *p.w.out), tap_view(image, p.w, (0,) * len(p.w.out)))
+            np.copyto(
+                cols.reshape(image.shape[0], *p.w.out), tap_view(image, p.w, (0,) * len(p.w.out))
+            )
         else:
             cols = ctx.scratch[p.col_scratch]
             np.copyto(cols.reshape((image.shape[0],) + p.w.kernel + p.w.out), patches(image, p.w))
@@ -132,7 +148,9 @@ class Conv(OpKernel):
         ctx.parallel_for(p.blocks, block)
 
     @staticmethod
-    def _depthwise(ctx: KernelContext, p: _Plan, src: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
+    def _depthwise(
+        ctx: KernelContext, p: _Plan, src: np.ndarray, w: np.ndarray, y: np.ndarray
+    ) -> None:
         """One multiply-add per kernel tap over every channel at once."""
         tmp = ctx.scratch[p.tmp_scratch]
         lead = (1, -1) + (1,) * len(p.w.out)

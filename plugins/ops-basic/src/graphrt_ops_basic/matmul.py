@@ -79,8 +79,10 @@ class MatMul(OpKernel):
             )
         try:
             batch = np.broadcast_shapes(a2[:-2], b2[:-2])
-        except ValueError:
-            raise self.fail(f"batch dims of {list(a)} and {list(b)} cannot broadcast", "invalid_input")
+        except ValueError as exc:
+            raise self.fail(
+                f"batch dims of {list(a)} and {list(b)} cannot broadcast", "invalid_input"
+            ) from exc
         full = (*batch, a2[-2], b2[-1])
         out = list(full)
         if len(b) == 1:
@@ -108,7 +110,9 @@ class Gemm(OpKernel):
         a, b = ctx.shape(0), ctx.shape(1)
         same_types(self, ctx, 3)
         if len(a) != 2 or len(b) != 2:
-            raise self.fail(f"A and B must be matrices, got {list(a)} and {list(b)}", "invalid_input")
+            raise self.fail(
+                f"A and B must be matrices, got {list(a)} and {list(b)}", "invalid_input"
+            )
         ta, tb = self.node.attr("transA", 0), self.node.attr("transB", 0)
         m, k = (a[1], a[0]) if ta else a
         k2, n = (b[1], b[0]) if tb else b
@@ -121,8 +125,10 @@ class Gemm(OpKernel):
                 raise self.fail(f"C must be {[m, n]} without broadcast, got {list(c_shape)}")
             try:
                 np.broadcast_shapes(c_shape, (m, n))
-            except ValueError:
-                raise self.fail(f"C of shape {list(c_shape)} does not broadcast to {[m, n]}", "invalid_input")
+            except ValueError as exc:
+                raise self.fail(
+                    f"C of shape {list(c_shape)} does not broadcast to {[m, n]}", "invalid_input"
+                ) from exc
         b_value = ctx.known_value(1)
         b_const = None
         if b_value is not None:

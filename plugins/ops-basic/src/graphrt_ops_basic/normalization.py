@@ -42,7 +42,10 @@ class BatchNormalization(OpKernel):
         pshape = (c,) + (1,) * (len(x) - 2) if spatial else tuple(x[1:])
         for i in range(1, 5):
             if int(np.prod(ctx.shape(i))) != int(np.prod(pshape)):
-                raise self.fail(f"input {i} has shape {list(ctx.shape(i))}, expected {c} values", "invalid_input")
+                raise self.fail(
+                    f"input {i} has shape {list(ctx.shape(i))}, expected {c} values",
+                    "invalid_input",
+                )
         if self._training():
             ctx.set_output(1, ctx.dtype(3), ctx.shape(3))
             ctx.set_output(2, ctx.dtype(4), ctx.shape(4))

@@ -117,7 +117,9 @@ class AveragePool(_Pool):
         x = ctx.shape(0)
         ctx.set_output(0, ctx.dtype(0), (*x[:2], *w.out))
         pad = ctx.add_scratch(ctx.dtype(0), padded_shape(x, w)) if w.padded else None
-        ctx.prepared = _Plan(w, pad, _divisor(w, x[2:], ctx, self.node.attr("count_include_pad", 0)))
+        ctx.prepared = _Plan(
+            w, pad, _divisor(w, x[2:], ctx, self.node.attr("count_include_pad", 0))
+        )
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Plan = ctx.prepared
@@ -162,7 +164,9 @@ def _divisor(w: Window, spatial: Sequence[int], ctx: InferContext, include_pad: 
     """
     counted = np.zeros(tuple(n + b + e for n, b, e in zip(spatial, w.pads_begin, w.pads_end)))
     if include_pad:
-        region = tuple(slice(0, b + n + d) for b, n, d in zip(w.pads_begin, spatial, w.declared_end))
+        region = tuple(
+            slice(0, b + n + d) for b, n, d in zip(w.pads_begin, spatial, w.declared_end)
+        )
     else:
         region = tuple(slice(b, b + n) for b, n in zip(w.pads_begin, spatial))
     counted[region] = 1

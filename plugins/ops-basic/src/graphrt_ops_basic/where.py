@@ -51,4 +51,3 @@ class Where(OpKernel):
         if same_storage(out, y):
             return functools.partial(np.copyto, out, x, where=cond)
         return functools.partial(self.run, ctx, inputs, outputs)
-
