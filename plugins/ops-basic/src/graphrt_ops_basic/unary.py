@@ -78,6 +78,7 @@ class Tanh(Unary):
 
 class Sqrt(Unary):
     ufunc = np.sqrt
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Exp(Unary):
@@ -90,30 +91,37 @@ class Log(Unary):
 
 class Neg(Unary):
     ufunc = np.negative
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Abs(Unary):
     ufunc = np.absolute
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Reciprocal(Unary):
     ufunc = np.reciprocal
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Floor(Unary):
     ufunc = np.floor
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Ceil(Unary):
     ufunc = np.ceil
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Sign(Unary):
     ufunc = np.sign
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Not(Unary):
     ufunc = np.logical_not
+    supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Softplus(Unary):
