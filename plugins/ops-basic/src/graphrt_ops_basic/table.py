@@ -106,6 +106,24 @@ OPERATORS += [
     OpDef("LRN", normalization.LRN),
 ]
 
-# -- tensor and shape operators (shape.py, tensor.py) ------------------------------------------
+# -- tensor and shape operators (shapeops.py, movement.py) -------------------------------------
+from . import movement, shapeops  # noqa: E402
+
 OPERATORS += [
+    # shapes (shapeops.py)
+    OpDef("Shape", shapeops.Shape),
+    OpDef("Size", shapeops.Size),
+    OpDef("ConstantOfShape", shapeops.ConstantOfShape, since=9),
+    OpDef("Range", shapeops.Range, since=11),
+    OpDef("Expand", shapeops.Expand, since=8),
+    # data movement (movement.py)
+    OpDef("Concat", movement.Concat),
+    OpDef("Gather", movement.Gather),
+    OpDef("GatherElements", movement.GatherElements, since=11),
+    OpDef("Slice", movement.Slice),
+    OpDef("Transpose", movement.Transpose),
+    OpDef("Split", movement.Split),
+    OpDef("Tile", movement.Tile),
+    OpDef("Pad", movement.Pad),
+    OpDef("NonZero", movement.NonZero, since=9),
 ]
