@@ -36,6 +36,7 @@ class _Plan:
     col_scratch: int | None
     tmp_scratch: int | None
     blocks: int
+    wide_scratch: int | None = None  # float16 computes in float32: the float32 output
 
 
 class Conv(OpKernel):
@@ -61,7 +62,9 @@ class Conv(OpKernel):
         ctx.set_output(0, ctx.dtype(0), (n, m, *w.out))
         if ctx.has_input(2) and ctx.shape(2) != (m,):
             raise self.fail(f"B must have shape [{m}], got {list(ctx.shape(2))}", "invalid_input")
-        dtype = ctx.dtype(0)
+        # float16 accumulates in float32 and rounds once at the end
+        dtype = np.dtype(np.float32) if ctx.dtype(0) == np.float16 else ctx.dtype(0)
+        wide = ctx.add_scratch(dtype, (n, m, *w.out)) if dtype != ctx.dtype(0) else None
         kprod = math.prod(k)
         pointwise = kprod == 1 and not w.padded and set(w.strides) == {1} and group == 1
         depthwise = group == c and group > 1 and m == c
@@ -82,7 +85,7 @@ class Conv(OpKernel):
             col = ctx.add_scratch(dtype, (c * kprod, out_size))
         weight = ctx.known_value(1)
         if weight is not None:
-            weight = np.ascontiguousarray(weight.reshape(group, m // group, -1))
+            weight = np.ascontiguousarray(weight.reshape(group, m // group, -1), dtype=dtype)
         work = n * m * out_size * (c // group) * kprod
         blocks = 1
         if (
@@ -92,29 +95,30 @@ class Conv(OpKernel):
             and m > CHANNEL_BLOCK
         ):
             blocks = -(-m // CHANNEL_BLOCK)
-        ctx.prepared = _Plan(strategy, w, group, weight, pad, col, tmp, blocks)
+        ctx.prepared = _Plan(strategy, w, group, weight, pad, col, tmp, blocks, wide)
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Plan = ctx.prepared
-        x, y = inputs[0], outputs[0]
+        x, y_out = inputs[0], outputs[0]
+        y = y_out if p.wide_scratch is None else ctx.scratch[p.wide_scratch]
         bias = inputs[2] if len(inputs) > 2 else None
-        weight = (
-            p.weight
-            if p.weight is not None
-            else inputs[1].reshape(p.group, y.shape[1] // p.group, -1)
-        )
+        weight = p.weight
+        if weight is None:
+            weight = inputs[1].reshape(p.group, y.shape[1] // p.group, -1).astype(y.dtype, copy=False)
         src = x
         if p.pad_scratch is not None:
             src = ctx.scratch[p.pad_scratch]
             src.fill(0)
             np.copyto(src[interior(p.w, x.shape[2:])], x)
         if p.strategy == "depthwise":
-            self._depthwise(ctx, p, src, inputs[1], y)
+            self._depthwise(ctx, p, src, weight.reshape(inputs[1].shape), y)
         else:
             for i in range(x.shape[0]):
                 self._image(ctx, p, src[i], weight, y[i])
         if bias is not None:
-            np.add(y, bias.reshape((-1,) + (1,) * (y.ndim - 2)), out=y)
+            np.add(y, bias.reshape((-1,) + (1,) * (y.ndim - 2)), out=y, casting="unsafe")
+        if y is not y_out:
+            np.copyto(y_out, y, casting="unsafe")
 
     @staticmethod
     def _image(
