@@ -77,3 +77,22 @@ def same_storage(a: np.ndarray, b: np.ndarray) -> bool:
         and a.dtype == b.dtype
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
+
+
+_ZERO_BUFFERS: dict[np.dtype, np.ndarray] = {}
+
+
+def zeros_like_shape(dtype: np.dtype, shape: Sequence[int]) -> np.ndarray:
+    """A read-only array of zeros with this shape, shared by every plan.
+
+    ``np.maximum(x, zeros)`` runs numpy's vectorised loop; against a 0-d zero it takes a slower
+    scalar path (about 3x on float32).  The buffer grows to the largest size asked for.
+    """
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    buf = _ZERO_BUFFERS.get(dtype)
+    if buf is None or buf.size < size:
+        buf = np.zeros(max(size, 1), dtype)
+        buf.flags.writeable = False
+        _ZERO_BUFFERS[dtype] = buf
+    return buf[:size].reshape(shape)

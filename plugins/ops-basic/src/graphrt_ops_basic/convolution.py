@@ -37,6 +37,7 @@ class _Plan:
     tmp_scratch: int | None
     blocks: int
     wide_scratch: int | None = None  # float16 computes in float32: the float32 output
+    bias_in_gemm: bool = False  # the bias is a column of the weight and cols has a ones row
 
 
 class Conv(OpKernel):
@@ -66,8 +67,15 @@ class Conv(OpKernel):
         dtype = np.dtype(np.float32) if ctx.dtype(0) == np.float16 else ctx.dtype(0)
         wide = ctx.add_scratch(dtype, (n, m, *w.out)) if dtype != ctx.dtype(0) else None
         kprod = math.prod(k)
-        pointwise = kprod == 1 and not w.padded and set(w.strides) == {1} and group == 1
+        weight = ctx.known_value(1)
+        bias = ctx.known_value(2) if ctx.has_input(2) else None
         depthwise = group == c and group > 1 and m == c
+        # with constant W and B, im2col adds a row of ones to the columns and B as a column of
+        # the weight, so the product adds the bias: cheaper than a pass over the output, even
+        # for a 1x1 convolution that then copies its input once
+        bias_in_gemm = not depthwise and group == 1 and weight is not None and bias is not None
+        pointwise = kprod == 1 and not w.padded and set(w.strides) == {1} and group == 1
+        pointwise = pointwise and not bias_in_gemm
         pad = None
         if w.padded and not pointwise:
             pad = ctx.add_scratch(dtype, padded_shape(x, w))
@@ -78,14 +86,14 @@ class Conv(OpKernel):
             tmp = ctx.add_scratch(dtype, (n, m, *w.out))
         elif pointwise:
             strategy = "pointwise"
-            if set(w.strides) != {1}:
-                col = ctx.add_scratch(dtype, (c, out_size))
-        else:
+        if not (depthwise or pointwise):
             strategy = "im2col"
-            col = ctx.add_scratch(dtype, (c * kprod, out_size))
-        weight = ctx.known_value(1)
+            col = ctx.add_scratch(dtype, (c * kprod + int(bias_in_gemm), out_size))
         if weight is not None:
-            weight = np.ascontiguousarray(weight.reshape(group, m // group, -1), dtype=dtype)
+            weight = weight.reshape(group, m // group, -1)
+            if bias_in_gemm:
+                weight = np.concatenate([weight, bias.reshape(1, m, 1)], axis=2)
+            weight = np.ascontiguousarray(weight, dtype=dtype)
         work = n * m * out_size * (c // group) * kprod
         blocks = 1
         if (
@@ -95,7 +103,7 @@ class Conv(OpKernel):
             and m > CHANNEL_BLOCK
         ):
             blocks = -(-m // CHANNEL_BLOCK)
-        ctx.prepared = _Plan(strategy, w, group, weight, pad, col, tmp, blocks, wide)
+        ctx.prepared = _Plan(strategy, w, group, weight, pad, col, tmp, blocks, wide, bias_in_gemm)
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Plan = ctx.prepared
@@ -104,7 +112,9 @@ class Conv(OpKernel):
         bias = inputs[2] if len(inputs) > 2 else None
         weight = p.weight
         if weight is None:
-            weight = inputs[1].reshape(p.group, y.shape[1] // p.group, -1).astype(y.dtype, copy=False)
+            weight = (
+                inputs[1].reshape(p.group, y.shape[1] // p.group, -1).astype(y.dtype, copy=False)
+            )
         src = x
         if p.pad_scratch is not None:
             src = ctx.scratch[p.pad_scratch]
@@ -115,7 +125,7 @@ class Conv(OpKernel):
         else:
             for i in range(x.shape[0]):
                 self._image(ctx, p, src[i], weight, y[i])
-        if bias is not None:
+        if bias is not None and not p.bias_in_gemm:
             np.add(y, bias.reshape((-1,) + (1,) * (y.ndim - 2)), out=y, casting="unsafe")
         if y is not y_out:
             np.copyto(y_out, y, casting="unsafe")
@@ -127,16 +137,14 @@ class Conv(OpKernel):
         """One image: columns (or the image itself) times the weight matrix, per group."""
         m = y.shape[0]
         out_size = y[0].size
-        if p.strategy == "pointwise" and p.col_scratch is None:
+        if p.strategy == "pointwise":
             cols = image.reshape(image.shape[0], -1)
-        elif p.strategy == "pointwise":
-            cols = ctx.scratch[p.col_scratch]
-            np.copyto(
-                cols.reshape(image.shape[0], *p.w.out), tap_view(image, p.w, (0,) * len(p.w.out))
-            )
         else:
             cols = ctx.scratch[p.col_scratch]
-            np.copyto(cols.reshape((image.shape[0],) + p.w.kernel + p.w.out), patches(image, p.w))
+            rows = cols[:-1] if p.bias_in_gemm else cols
+            np.copyto(rows.reshape((image.shape[0],) + p.w.kernel + p.w.out), patches(image, p.w))
+            if p.bias_in_gemm:
+                cols[-1].fill(1)
         g = p.group
         ym = y.reshape(g, m // g, out_size)
         colsg = cols.reshape(g, cols.shape[0] // g, out_size)

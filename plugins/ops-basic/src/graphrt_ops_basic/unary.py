@@ -20,7 +20,7 @@ import numpy as np
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
 from ._erf import WORK_ARRAYS, compute_dtype, erf_into
-from ._util import constant, needs_nan_rewrite, rewrite_nan, zero_of
+from ._util import constant, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
 
 
 class Unary(OpKernel):
@@ -69,7 +69,8 @@ class Relu(Unary):
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         if ctx.exact:
             return functools.partial(self.run, ctx, inputs, outputs)
-        return functools.partial(np.maximum, inputs[0], zero_of(inputs[0].dtype), out=outputs[0])
+        zeros = zeros_like_shape(inputs[0].dtype, inputs[0].shape)
+        return functools.partial(np.maximum, inputs[0], zeros, out=outputs[0])
 
 
 class Tanh(Unary):
