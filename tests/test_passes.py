@@ -83,7 +83,9 @@ class _DoubleNegation(GraphPass):
             from graphrt.attrs import node_info
             from graphrt.passes import PassNode
 
-            new = PassNode(node_info(info, node.info.opset), identity, [inner.inputs[0]], node.outputs)
+            new = PassNode(
+                node_info(info, node.info.opset), identity, [inner.inputs[0]], node.outputs
+            )
             graph.replace([node], new)
             changed = True
         return changed
