@@ -106,24 +106,26 @@ OPERATORS += [
     OpDef("LRN", normalization.LRN),
 ]
 
-# -- tensor and shape operators (shapeops.py, movement.py) -------------------------------------
-from . import movement, shapeops  # noqa: E402
+# -- tensor and shape operators (shape.py, tensor.py, slice.py, pad.py, gather.py) ------------
+from . import gather, pad, shape, slice, tensor  # noqa: E402
 
 OPERATORS += [
-    # shapes (shapeops.py)
-    OpDef("Shape", shapeops.Shape),
-    OpDef("Size", shapeops.Size),
-    OpDef("ConstantOfShape", shapeops.ConstantOfShape, since=9),
-    OpDef("Range", shapeops.Range, since=11),
-    OpDef("Expand", shapeops.Expand, since=8),
-    # data movement (movement.py)
-    OpDef("Concat", movement.Concat),
-    OpDef("Gather", movement.Gather),
-    OpDef("GatherElements", movement.GatherElements, since=11),
-    OpDef("Slice", movement.Slice),
-    OpDef("Transpose", movement.Transpose),
-    OpDef("Split", movement.Split),
-    OpDef("Tile", movement.Tile),
-    OpDef("Pad", movement.Pad),
-    OpDef("NonZero", movement.NonZero, since=9),
+    # shapes (shape.py)
+    OpDef("Shape", shape.Shape),
+    OpDef("Size", shape.Size),
+    OpDef("ConstantOfShape", shape.ConstantOfShape, since=9),
+    OpDef("Range", shape.Range, since=11),
+    OpDef("Expand", shape.Expand, since=8),
+    # whole-tensor rearrangement (tensor.py, slice.py, pad.py)
+    OpDef("Concat", tensor.Concat),
+    OpDef("Split", tensor.Split),
+    OpDef("Transpose", tensor.Transpose),
+    OpDef("Tile", tensor.Tile),
+    OpDef("Slice", slice.Slice),
+    OpDef("Pad", pad.Pad),
+    # indexing by values (gather.py)
+    OpDef("Gather", gather.Gather),
+    OpDef("GatherElements", gather.GatherElements, since=11),
+    OpDef("ScatterElements", gather.ScatterElements, since=11),
+    OpDef("NonZero", gather.NonZero, since=9),
 ]

@@ -1,0 +1,231 @@
+"""Gather, GatherElements, ScatterElements, NonZero: indexing by the values of a tensor.
+
+Indices may be negative (counted from the end) and must lie in [-s, s - 1]; an index outside
+is ``SessionError("invalid_input")``, never numpy's wrap-around.  Constant indices (a weight
+table lookup, a fixed permutation) are checked and normalised once per plan into ``prepared``;
+run-time indices are checked in every run with reductions into 0-d scratch arrays, so a static
+run allocates nothing.  GatherElements and ScatterElements turn each index into a flat offset
+of the data: ``base`` (the offset of the other coordinates, per plan) + index * stride.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+
+from ._util import constant, same_storage
+from ._values import axis_in, check_bounds, check_indices, reshaped
+
+
+def _index_type(kernel: OpKernel, ctx: InferContext, i: int) -> None:
+    if ctx.dtype(i).kind != "i":
+        raise kernel.fail(f"indices must be int32 or int64, got {ctx.dtype(i)}")
+
+
+def _checked(kernel: OpKernel, ctx: KernelContext, indices: np.ndarray, bounds, size: int):
+    """Check run-time indices with min/max into the 0-d scratch arrays ``bounds``."""
+    if indices.size:
+        lo, hi = (ctx.scratch[b] for b in bounds)
+        np.amin(indices, out=lo)
+        np.amax(indices, out=hi)
+        check_bounds(kernel, int(lo), int(hi), size)
+
+
+@dataclasses.dataclass(frozen=True)
+class _GatherPlan:
+    axis: int
+    size: int  # extent of the gathered axis
+    indices: np.ndarray | None  # constant indices, checked and made non-negative (intp)
+    scratch: tuple[int, int, int] | None  # run-time indices: intp copy, min, max
+
+
+class Gather(OpKernel):
+    """np.take along ``axis``; output shape data[:axis] + indices + data[axis + 1:].
+
+    Checked indices go to ``np.take(mode="wrap")``, which maps -1 to s - 1 without the
+    temporary copy ``mode="raise"`` makes.
+    """
+
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> None:
+        _index_type(self, ctx, 1)
+        data, idx_shape = ctx.shape(0), ctx.shape(1)
+        axis = axis_in(self, self.node.attr("axis", 0), len(data))
+        ctx.set_output(0, ctx.dtype(0), data[:axis] + idx_shape + data[axis + 1 :])
+        size = data[axis]
+        known = ctx.known_value(1)
+        if known is not None:
+            known = np.asarray(known)
+            check_indices(self, known, size)
+            indices = np.where(known < 0, known + size, known).astype(np.intp)
+            ctx.prepared = _GatherPlan(axis, size, indices, None)
+            return
+        copy = ctx.add_scratch(np.intp, idx_shape)
+        bounds = (ctx.add_scratch(np.intp, ()), ctx.add_scratch(np.intp, ()))
+        ctx.prepared = _GatherPlan(axis, size, None, (copy,) + bounds)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        p: _GatherPlan = ctx.prepared
+        indices = p.indices
+        if indices is None:
+            indices = ctx.scratch[p.scratch[0]]
+            np.copyto(indices, inputs[1])  # np.take would convert int32 into a new array
+            _checked(self, ctx, indices, p.scratch[1:], p.size)
+        np.take(inputs[0], indices, axis=p.axis, out=outputs[0], mode="wrap")
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        p: _GatherPlan = ctx.prepared
+        if p.indices is None:
+            return functools.partial(self.run, ctx, inputs, outputs)
+        return functools.partial(
+            np.take, inputs[0], p.indices, axis=p.axis, out=outputs[0], mode="wrap"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ElementsPlan:
+    size: int  # extent of the indexed axis of data
+    stride: np.ndarray  # 0-d intp: flat distance between neighbours along the axis
+    base: np.ndarray  # intp, indices' shape: flat offset of each element's other coordinates
+    flat: np.ndarray | None  # constant indices: the finished flat offsets
+    scratch: tuple[int, int, int] | None  # run-time indices: flat offsets, min, max
+
+
+def _elements_plan(kernel: OpKernel, ctx: InferContext, idx_shape: tuple[int, ...]):
+    """Checks shared by GatherElements and ScatterElements; the flat-offset plan."""
+    _index_type(kernel, ctx, 1)
+    data = ctx.shape(0)
+    rank = len(data)
+    axis = axis_in(kernel, kernel.node.attr("axis", 0), rank)
+    if len(idx_shape) != rank or any(
+        n > d for k, (n, d) in enumerate(zip(idx_shape, data)) if k != axis
+    ):
+        message = f"indices of shape {list(idx_shape)} do not fit data of shape {list(data)}"
+        raise kernel.fail(message, "invalid_input")
+    strides = [int(np.prod(data[k + 1 :], dtype=np.int64)) for k in range(rank)]
+    base = np.zeros(idx_shape, np.intp)
+    for k, n in enumerate(idx_shape):
+        if k != axis:
+            step = np.arange(n, dtype=np.intp) * strides[k]
+            base += step.reshape([n if j == k else 1 for j in range(rank)])
+    stride = constant(np.dtype(np.intp), strides[axis])
+    known = ctx.known_value(1)
+    if known is not None:
+        known = np.asarray(known)
+        check_indices(kernel, known, data[axis])
+        flat = base + np.where(known < 0, known + data[axis], known) * strides[axis]
+        return _ElementsPlan(data[axis], stride, base, flat.astype(np.intp), None)
+    it = ctx.dtype(1)
+    scratch = (
+        ctx.add_scratch(np.intp, idx_shape),
+        ctx.add_scratch(it, ()),
+        ctx.add_scratch(it, ()),
+    )
+    return _ElementsPlan(data[axis], stride, base, None, scratch)
+
+
+def _flat(kernel: OpKernel, ctx: KernelContext, indices: np.ndarray) -> np.ndarray:
+    """Flat offsets of run-time (or, when constant, prepared) indices."""
+    p: _ElementsPlan = ctx.prepared
+    if p.flat is not None:
+        return p.flat
+    flat = ctx.scratch[p.scratch[0]]
+    _checked(kernel, ctx, indices, p.scratch[1:], p.size)
+    if flat.size:
+        np.remainder(indices, constant(np.dtype(np.intp), p.size), out=flat)  # -1 -> s - 1
+        np.multiply(flat, p.stride, out=flat)
+        np.add(flat, p.base, out=flat)
+    return flat
+
+
+class GatherElements(OpKernel):
+    """out[i][j][k] = data[index[i][j][k]][j][k] (axis 0); output shape = indices' shape."""
+
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> None:
+        ctx.prepared = _elements_plan(self, ctx, ctx.shape(1))
+        ctx.set_output(0, ctx.dtype(0), ctx.shape(1))
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        flat = _flat(self, ctx, inputs[1])
+        np.take(inputs[0].reshape(-1), flat, out=outputs[0], mode="clip")
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        p: _ElementsPlan = ctx.prepared
+        if p.flat is None:
+            return functools.partial(self.run, ctx, inputs, outputs)
+        return functools.partial(
+            np.take, inputs[0].reshape(-1), p.flat, out=outputs[0], mode="clip"
+        )
+
+
+_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+class ScatterElements(OpKernel):
+    """A copy of data with updates written (or combined, ``reduction``) at the indexed places.
+
+    ``none`` writes in index order, so with repeated indices (undefined in ONNX) the last
+    update wins.  Reductions apply each update in index order (``ufunc.at``).  Not exact: the
+    add and mul reductions round, and their NaN results keep hardware payloads.
+    """
+
+    in_place_input = 0
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.reduction = node.attr("reduction", "none") if node.opset >= 16 else "none"
+        allowed = ["none", "add", "mul"] + (["max", "min"] if node.opset >= 18 else [])
+        if self.reduction not in allowed:
+            raise self.fail(
+                f"reduction must be one of {', '.join(allowed)}, got {self.reduction!r}"
+            )
+
+    def infer(self, ctx: InferContext) -> None:
+        if ctx.shape(1) != ctx.shape(2):
+            message = f"indices {list(ctx.shape(1))} and updates {list(ctx.shape(2))} differ"
+            raise self.fail(message, "invalid_input")
+        if ctx.dtype(0) != ctx.dtype(2):
+            raise self.fail(f"data is {ctx.dtype(0)} but updates are {ctx.dtype(2)}")
+        ctx.prepared = _elements_plan(self, ctx, ctx.shape(1))
+        ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        data, indices, updates = inputs
+        out = outputs[0]
+        flat = _flat(self, ctx, indices).reshape(-1)  # before out is written: data may be out
+        if not same_storage(out, data):
+            np.copyto(out, data)
+        target = reshaped(out, (out.size,))
+        if self.reduction == "none":
+            target[flat] = updates.reshape(-1)
+        else:
+            _REDUCTIONS[self.reduction].at(target, flat, updates.reshape(-1))
+
+
+class NonZero(OpKernel):
+    """The (rank, count) int64 coordinates of the non-zero elements, in row-major order.
+
+    A 0-d input gives shape (0, 1) or (0, 0), as ONNX specifies (numpy would say (1, n)).
+    """
+
+    supports_exact = True
+    outputs_data_dependent = True
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        x = inputs[0]
+        if x.ndim == 0:
+            ctx.allocate_output(0, np.int64, (0, int(bool(x))))
+            return
+        coords = np.nonzero(x)
+        out = ctx.allocate_output(0, np.int64, (x.ndim, coords[0].size))
+        for row, c in zip(out, coords):
+            np.copyto(row, c)
