@@ -14,6 +14,18 @@ def _bits(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a).tobytes()
 
 
+def _canonical_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """docs/exact-mode.md's order, one scalar at a time: products rounded, ascending k."""
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    for i in range(a.shape[0]):
+        for j in range(b.shape[1]):
+            acc = a.dtype.type(a[i, 0] * b[0, j])
+            for k in range(1, a.shape[1]):
+                acc = a.dtype.type(acc + a.dtype.type(a[i, k] * b[k, j]))
+            out[i, j] = acc
+    return out
+
+
 @pytest.mark.parametrize("batch", [1, 7, 300])
 def test_mlp_is_bit_identical_across_threads_and_plan_reuse(batch):
     model = mlp(hidden=(96, 80), n_in=70, n_out=33)
@@ -44,14 +56,7 @@ def test_exact_matmul_follows_the_documented_order():
         [tensor("y", shape=[5, 6])],
     )
     got = graphrt.Session(model, mode="exact").run(None, {"a": a, "b": b})[0]
-    want = np.empty((5, 6), np.float32)
-    for i in range(5):
-        for j in range(6):
-            acc = np.float32(a[i, 0] * b[0, j])
-            for k in range(1, 40):
-                acc = np.float32(acc + np.float32(a[i, k] * b[k, j]))
-            want[i, j] = acc
-    assert _bits(got) == _bits(want)
+    assert _bits(got) == _bits(_canonical_matmul(a, b))
 
 
 def test_nan_results_are_canonical_in_exact_mode():
@@ -90,13 +95,7 @@ def test_exact_gemm_epilogue_is_separate_multiply_and_add():
         [init("b", b), init("c", c)],
     )
     got = graphrt.Session(model, mode="exact").run(None, {"a": a})[0]
-    prod = np.empty((3, 4), np.float32)
-    for i in range(3):
-        for j in range(4):
-            acc = np.float32(a[i, 0] * b[0, j])
-            for k in range(1, 8):
-                acc = np.float32(acc + np.float32(a[i, k] * b[k, j]))
-            prod[i, j] = acc
+    prod = _canonical_matmul(a, b)
     want = (prod * np.float32(0.3)).astype(np.float32) + (c * np.float32(1.7)).astype(np.float32)
     assert _bits(got) == _bits(want.astype(np.float32))
 

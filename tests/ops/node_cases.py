@@ -67,3 +67,21 @@ def run_case(kernel_factory, model, inputs, outputs, rtol=1e-3, atol=1e-7):
             actual.dtype,
             expected.dtype,
         )
+
+
+def node_case_params(op_types: set[str], expected_failures: dict[str, str]) -> list:
+    """pytest params (model, inputs, outputs) of every node case; known failures strict xfail."""
+    from collections import Counter
+
+    import pytest
+
+    seen: Counter[str] = Counter()
+    params = []
+    for name, model, inputs, outputs in single_node_cases(op_types):
+        seen[name] += 1
+        case_id = name if seen[name] == 1 else f"{name}[{seen[name] - 1}]"
+        marks = []
+        if name in expected_failures:
+            marks.append(pytest.mark.xfail(reason=expected_failures[name], strict=True))
+        params.append(pytest.param(model, inputs, outputs, id=case_id, marks=marks))
+    return params

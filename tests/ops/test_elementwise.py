@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
 
 import ml_dtypes
 import numpy as np
@@ -28,7 +27,7 @@ from graphrt.errors import SessionError
 from graphrt.kernel import InferContext, KernelContext, evaluate_node
 from graphrt_ops_basic.table import OPERATORS
 from tests._numpy_alloc import count_numpy_allocations
-from tests.ops.node_cases import run_case, single_node_cases
+from tests.ops.node_cases import node_case_params, run_case
 
 OPS = {
     "Add",
@@ -98,20 +97,7 @@ EXPECTED_FAILURES: dict[str, str] = {
 }
 
 
-def _node_case_params():
-    seen: Counter[str] = Counter()
-    params = []
-    for name, model, inputs, outputs in single_node_cases(OPS):
-        seen[name] += 1
-        case_id = name if seen[name] == 1 else f"{name}[{seen[name] - 1}]"
-        marks = []
-        if name in EXPECTED_FAILURES:
-            marks.append(pytest.mark.xfail(reason=EXPECTED_FAILURES[name], strict=True))
-        params.append(pytest.param(model, inputs, outputs, id=case_id, marks=marks))
-    return params
-
-
-NODE_CASES = _node_case_params()
+NODE_CASES = node_case_params(OPS, EXPECTED_FAILURES)
 
 
 def test_every_operator_has_node_cases_and_a_kernel():

@@ -59,3 +59,29 @@ def node_info(node: NodeProto, opset: int, attrs: dict[str, Any] | None = None) 
         outputs=tuple(node.output),
         proto=node,
     )
+
+
+#: Operators whose result must come from the run itself (a new draw every time).
+NONDETERMINISTIC = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
+
+
+def evaluable_early(info: NodeInfo) -> bool:
+    """Whether a node with constant inputs may be computed before a run (folding, plans).
+
+    Not random operators, and not nodes with subgraphs (their bodies read outer values).
+    """
+    proto = info.proto
+    if proto is not None and any(
+        a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in proto.attribute
+    ):
+        return False
+    return info.op_type not in NONDETERMINISTIC

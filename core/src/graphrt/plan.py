@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from graphrt import dtypes
+from graphrt.attrs import evaluable_early
 from graphrt.compiled import CNode, CompiledGraph
 from graphrt.errors import SessionError
 from graphrt.kernel import InferContext, NeedsRunTimeValues, evaluate_node
@@ -150,7 +151,7 @@ def build_plan(
                     node=node.info.name,
                 )
         all_const = all(v < 0 or v in constants for v in ins)
-        if all_const and _foldable(node):
+        if all_const and evaluable_early(node.info):
             args = [constants[v] if v >= 0 else None for v in ins]
             try:
                 with np.errstate(all="ignore"):
@@ -243,20 +244,6 @@ def build_plan(
         checks = plan_checks(graph, steps)
     return ExecutionPlan(
         graph, key, steps, types, constants, dynamic, memory, folded, debug, checks
-    )
-
-
-def _foldable(node: CNode) -> bool:
-    proto = node.info.proto
-    if proto is not None and any(a.type in (5, 10) for a in proto.attribute):
-        return False
-    return node.info.op_type not in (
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
     )
 
 

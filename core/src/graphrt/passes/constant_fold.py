@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphrt.attrs import evaluable_early
 from graphrt.errors import SessionError
 from graphrt.ir import check_cancelled
 from graphrt.kernel import evaluate_node
@@ -52,18 +53,7 @@ class ConstantFolding(GraphPass):
 
     @staticmethod
     def _foldable(node, graph: PassGraph) -> bool:
-        if node.info.attrs.get("__outer_reads__") or node.info.proto is None:
-            return False
-        if any(a.type in (5, 10) for a in node.info.proto.attribute):  # GRAPH, GRAPHS
-            return False
-        if node.op_type in (
-            "RandomNormal",
-            "RandomUniform",
-            "RandomNormalLike",
-            "RandomUniformLike",
-            "Multinomial",
-            "Bernoulli",
-        ):
+        if not evaluable_early(node.info):
             return False
         if node.op_type == "Dropout" and len(node.inputs) > 2 and node.inputs[2]:
             return False
