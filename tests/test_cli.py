@@ -163,7 +163,7 @@ def test_check_reports_exact_mode_unavailable(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0  # runnable in fast mode
     assert "exact mode: unavailable for 1 operator(s):" in out
-    assert "  Scale (opset 1)" in out
+    assert "  com.example.Scale (opset 1)" in out
 
 
 # -- ops -----------------------------------------------------------------------------------------

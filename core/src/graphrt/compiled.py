@@ -9,7 +9,7 @@ import numpy as np
 
 from graphrt.attrs import node_info
 from graphrt.errors import PluginError, SessionError
-from graphrt.ir import IrModel, ValueDecl, check_cancelled
+from graphrt.ir import IrModel, ValueDecl, check_cancelled, graph_outer_reads, iter_subgraphs
 from graphrt.kernel import NodeInfo, OpDef, OpKernel
 from graphrt.passes import LEVELS, PassContext, PassGraph, PassNode, builtin_passes
 from graphrt.paths import KernelPath
@@ -62,9 +62,28 @@ def compile_model(
         raise SessionError(
             "unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}"
         )
-    nodes = _resolve(ir, table, cancellation)
+
+    def compile_body(graph_proto: Any) -> Any:
+        from graphrt.ir import import_graph
+        from graphrt.subgraph import BodySession
+
+        outer = tuple(graph_outer_reads(graph_proto))
+        body_ir = import_graph(
+            graph_proto,
+            ir.opsets,
+            ir.functions,
+            ir.base_dir,
+            cancellation=cancellation,
+            outer=outer,
+        )
+        body = compile_model(
+            body_ir, table, exact=exact, level="none", path=path, cancellation=cancellation
+        )
+        return BodySession(body, len(body_ir.inputs) - len(outer), outer)
+
+    nodes = _resolve(ir, table, cancellation, compile_body)
     if exact:
-        _check_exact(nodes)
+        _check_exact(nodes, table, ir.opsets)
     constants = _weights(ir.initializers, weight_storage)
 
     def lookup(domain: str, op_type: str) -> OpDef | None:
@@ -130,10 +149,19 @@ def compile_model(
     )
 
 
-def _resolve(ir: IrModel, table: OperatorTable, cancellation: Any) -> list[PassNode]:
-    """Every node's winning OpDef; all missing operators are reported together."""
+def _resolve(
+    ir: IrModel, table: OperatorTable, cancellation: Any, compile_body: Any = None
+) -> list[PassNode]:
+    """Every node's winning OpDef; all missing operators (bodies included) reported together."""
     missing: list[str] = []
     resolved: list[PassNode] = []
+    for proto in _body_nodes([n.proto for n in ir.nodes]):
+        domain = "" if proto.domain == "ai.onnx" else proto.domain
+        opset = ir.opsets.get(domain)
+        if opset is not None and table.lookup(domain, proto.op_type, opset) is None:
+            label = _label(domain, proto.op_type, opset)
+            if label not in missing:
+                missing.append(label)
     for n in ir.nodes:
         check_cancelled(cancellation)
         opset = ir.opsets.get(n.domain)
@@ -169,11 +197,33 @@ def _resolve(ir: IrModel, table: OperatorTable, cancellation: Any) -> list[PassN
     return resolved
 
 
-def _check_exact(nodes: list[PassNode]) -> None:
+def _label(domain: str, op_type: str, opset: int) -> str:
+    return f"{domain}.{op_type} (opset {opset})" if domain else f"{op_type} (opset {opset})"
+
+
+def _body_nodes(protos: list[Any]) -> list[Any]:
+    """Every node inside the subgraphs of these nodes, at any depth (not the nodes themselves)."""
+    found = []
+    for p in protos:
+        for g in iter_subgraphs(p):
+            found.extend(g.node)
+            found.extend(_body_nodes(list(g.node)))
+    return found
+
+
+def _check_exact(nodes: list[PassNode], table: OperatorTable, opsets: dict[str, int]) -> None:
+    """Every operator without exact support, in bodies too (a Loop is exact when its body is)."""
     lacking: list[str] = []
-    for n in nodes:
-        if not n.op_def.flag("supports_exact"):
-            label = f"{n.op_type} (opset {n.info.opset})"
+    defs = [(n.op_def, n.op_type, n.info.domain, n.info.opset) for n in nodes]
+    for proto in _body_nodes([n.info.proto for n in nodes if n.info.proto is not None]):
+        domain = "" if proto.domain == "ai.onnx" else proto.domain
+        opset = opsets.get(domain, 1)
+        d = table.lookup(domain, proto.op_type, opset)
+        if d is not None:
+            defs.append((d, proto.op_type, domain, opset))
+    for op_def, op_type, domain, opset in defs:
+        if not op_def.flag("supports_exact"):
+            label = _label(domain, op_type, opset)
             if label not in lacking:
                 lacking.append(label)
     if lacking:

@@ -108,7 +108,27 @@ def import_model(model: Any, cancellation: Any = None) -> IrModel:
         opsets["" if imp.domain == "ai.onnx" else imp.domain] = int(imp.version)
     if "" not in opsets and proto.ir_version and proto.ir_version < 3:
         opsets[""] = 1  # before IR 3 the default domain was implied
-    graph = proto.graph
+    ir = import_graph(
+        proto.graph, opsets, list(proto.functions), base_dir, cancellation=cancellation
+    )
+    ir.producer = proto.producer_name
+    return ir
+
+
+def import_graph(
+    graph: onnx.GraphProto,
+    opsets: dict[str, int],
+    functions: list[onnx.FunctionProto],
+    base_dir: str | None,
+    *,
+    cancellation: Any = None,
+    outer: tuple[str, ...] = (),
+) -> IrModel:
+    """A graph as an IrModel: a model's main graph, or a body whose extra inputs are ``outer``.
+
+    A body's outer-scope values become inputs after its declared ones (untyped: whatever
+    arrives is accepted).
+    """
     initializers: dict[str, np.ndarray] = {}
     for t in graph.initializer:
         check_cancelled(cancellation)
@@ -117,6 +137,7 @@ def import_model(model: Any, cancellation: Any = None) -> IrModel:
         check_cancelled(cancellation)
         initializers[st.values.name] = _sparse_to_dense(st, base_dir)
     inputs = [decl(v) for v in graph.input if v.name not in initializers]
+    inputs += [ValueDecl(name, None, None) for name in outer]
     outputs = [decl(v) for v in graph.output]
     value_info = {v.name: decl(v) for v in graph.value_info}
     nodes = [
@@ -144,10 +165,9 @@ def import_model(model: Any, cancellation: Any = None) -> IrModel:
         nodes=nodes,
         opsets=opsets,
         value_info=value_info,
-        functions=list(proto.functions),
+        functions=functions,
         base_dir=base_dir,
         graph_name=graph.name,
-        producer=proto.producer_name,
     )
 
 

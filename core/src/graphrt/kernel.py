@@ -49,6 +49,12 @@ class NodeInfo:
     outputs: tuple[str, ...]
     #: The ``onnx.NodeProto`` for factories that need graph attributes (If, Loop, Scan).
     proto: Any = None
+    #: Values of enclosing graphs the node's subgraphs read, in first-use order.  They follow
+    #: the declared inputs in what ``run`` receives, so planning and freeing see them.
+    outer_inputs: tuple[str, ...] = ()
+    #: ``compile_subgraph(graph_proto)`` -> :class:`graphrt.subgraph.BodySession`: the body
+    #: compiled once, in the session's mode, kernel path and operator table.
+    compile_subgraph: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

@@ -18,6 +18,13 @@ from graphrt.kernel import InferContext, KernelContext
 from graphrt.memory import ALIGN
 from graphrt.plan import DYNAMIC, STATIC, VIEW, ExecutionPlan, Step
 
+
+def copy_value(x: Any) -> Any:
+    from graphrt.subgraph import copy_value as copy
+
+    return copy(x)
+
+
 __all__ = ["Arena", "RunState"]
 
 #: Byte written over freed blocks in debug mode: 0xFF... is a NaN in every float type and -1 in
@@ -197,8 +204,8 @@ class RunState:
         if checks is not None:
             self._check_start(checks, feeds)
         for vid, dst, src in zip(self.plan.graph.input_ids, self.inputs, feeds):
-            if dst is None:  # kept outside the slab (strings): the run gets its own copy
-                self.values[vid] = np.array(src, copy=True)
+            if dst is None:  # kept outside the slab (strings, sequences): the run's own copy
+                self.values[vid] = copy_value(src)
             else:
                 np.copyto(dst, src)
         i = 0

@@ -22,6 +22,7 @@ from graphrt.ir import ValueDecl, import_model
 from graphrt.paths import choose_path
 from graphrt.plan import ExecutionPlan, build_plan
 from graphrt.plugins import snapshot
+from graphrt.subgraph import copy_value, value_type
 from graphrt.threads import IntraOpPool, blas_session_closed, blas_session_opened, resolve_threads
 
 __all__ = ["CancellationToken", "Model", "NodeArg", "Session", "SessionOptions", "load"]
@@ -130,7 +131,6 @@ class Session:
             weight_storage=weight_storage,
             cancellation=cancellation,
         )
-        _refuse_non_tensor_io(ir)  # after operators, so missing ones are reported first
         self.kernel_path = self._graph.kernel_path
         self.threads = resolve_threads(intra_op_threads)
         self._pool = IntraOpPool(self.threads)
@@ -225,8 +225,7 @@ class Session:
     def plan_for(self, feeds: Sequence[Any]) -> ExecutionPlan:
         """The plan for these inputs (arrays or (dtype, shape) pairs), made once and cached."""
         types = [
-            (x.dtype, x.shape) if isinstance(x, np.ndarray) else (np.dtype(x[0]), tuple(x[1]))
-            for x in feeds
+            (np.dtype(x[0]), tuple(x[1])) if isinstance(x, tuple) else value_type(x) for x in feeds
         ]
         key = tuple((np.dtype(d).str, tuple(s)) for d, s in types)
         plan = self._plans.get(key)
@@ -256,7 +255,7 @@ class Session:
         if self._closed:
             raise SessionError("closed", "the session is closed")
         feeds = self._validate_inputs(input_feed)
-        types = [(x.dtype, x.shape) for x in feeds]
+        types = [value_type(x) for x in feeds]
         plan = build_plan(self._graph, types, debug=self.options.debug, keep_all=True)
         state = plan.acquire(self._pool)
         with np.errstate(all="ignore"):
@@ -360,16 +359,6 @@ class Session:
         self.close()
 
 
-def _refuse_non_tensor_io(ir: Any) -> None:
-    odd = [d for d in list(ir.inputs) + list(ir.outputs) if d.kind != "tensor"]
-    if odd:
-        names = ", ".join(f"{d.name!r} ({d.kind})" for d in odd)
-        raise SessionError(
-            "unsupported",
-            f"graph inputs and outputs must be tensors in this version; {names} are not",
-        )
-
-
 def _release(pool: IntraOpPool) -> None:
     pool.shutdown()
     blas_session_closed()
@@ -405,13 +394,7 @@ def _dims(dims: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if x is None else str(x) for x in dims) + "]"
 
 
-def _copy_out(value: Any) -> Any:
-    """Outputs never alias weights or run-state memory: the caller gets its own array."""
-    if isinstance(value, np.ndarray):
-        return np.array(value, copy=True)
-    if isinstance(value, list):
-        return [_copy_out(v) for v in value]
-    return value
+_copy_out = copy_value
 
 
 class Model:

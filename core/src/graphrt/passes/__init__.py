@@ -98,7 +98,6 @@ class PassGraph:
             if any(o in needed for o in n.outputs if o) or _has_side_effects(n):
                 keep.append(n)
                 needed.update(x for x in n.inputs if x)
-                needed.update(n.info.attrs.get("__outer_reads__", ()))
         keep.reverse()
         removed = len(self.nodes) - len(keep)
         self.nodes = keep

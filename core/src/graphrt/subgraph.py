@@ -1,0 +1,94 @@
+"""Bodies of If, Loop, Scan and SequenceMap: nested sessions compiled once per node.
+
+A body is compiled when its node's kernel is built (so a body that cannot compile fails the
+model at creation), in the session's mode, kernel path and operator table, without graph
+passes.  Running it makes or reuses an :class:`~graphrt.plan.ExecutionPlan` for the actual input
+types and shapes and takes a run state from that plan's pool, so a Loop of many iterations with
+steady shapes builds one plan and reuses one run state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.compiled import CompiledGraph
+from graphrt.plan import ExecutionPlan, build_plan
+
+__all__ = ["BodySession", "copy_value", "value_type"]
+
+MAX_BODY_PLANS = 16
+
+
+def value_type(x: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """The plan key of one value: tensors by type and shape, sequences and optionals as objects."""
+    if isinstance(x, np.ndarray):
+        return x.dtype, x.shape
+    return np.dtype(object), ()
+
+
+def copy_value(x: Any) -> Any:
+    """A value the caller owns: never a view of a run state's slab or of model weights."""
+    if isinstance(x, np.ndarray):
+        return np.array(x, copy=True)
+    if isinstance(x, list):
+        return [copy_value(v) for v in x]
+    return x
+
+
+class BodySession:
+    """A compiled body: ``run(inputs + outer values) -> outputs``, thread-safe like a Session."""
+
+    def __init__(self, graph: CompiledGraph, n_inputs: int, outer: tuple[str, ...]) -> None:
+        self.graph = graph
+        #: Declared inputs of the body (before the outer-scope values).
+        self.num_inputs = n_inputs
+        #: Names of enclosing values the body reads, in the order ``run`` expects them.
+        self.outer_names = outer
+        self.num_outputs = len(graph.outputs)
+        self._plans: dict[tuple, ExecutionPlan] = {}
+        self._lock = threading.Lock()
+        self.plans_built = 0
+
+    @property
+    def exact(self) -> bool:
+        return self.graph.exact
+
+    def plan_for(self, values: Sequence[Any]) -> ExecutionPlan:
+        types = [value_type(v) for v in values]
+        key = tuple((t.str, s) for t, s in types)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = build_plan(self.graph, types)
+                plans = dict(self._plans)
+                while len(plans) >= MAX_BODY_PLANS:
+                    del plans[next(iter(plans))]
+                plans[key] = plan
+                self._plans = plans
+                self.plans_built += 1
+        return plan
+
+    def run(self, values: Sequence[Any], pool: Any = None) -> list[Any]:
+        """Run the body on its inputs followed by the outer values; outputs are the caller's."""
+        plan = self.plan_for(values)
+        state = plan.acquire(pool)
+        try:
+            results = state.run(list(values))
+            return [copy_value(r) for r in results]
+        finally:
+            plan.release(state)
+
+    def states_created(self) -> int:
+        return sum(p.states_created for p in self._plans.values())
+
+    def outer_values(self, node_outer: Sequence[str], given: Sequence[Any]) -> list[Any]:
+        """Pick this body's outer values from those its node received (in the node's order)."""
+        by_name = dict(zip(node_outer, given))
+        return [by_name[name] for name in self.outer_names]
