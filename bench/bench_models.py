@@ -189,12 +189,41 @@ def transformer_block(seq: int = 64, dim: int = 128, heads: int = 4) -> Any:
     return _model(nodes, [_vi("x", [1, seq, dim])], [_vi("y", [1, seq, dim])], inits)
 
 
+LOOP_ITERATIONS = 10_000
+
+
+def loop_10000(iterations: int = LOOP_ITERATIONS) -> Any:
+    """A Loop over a 3-node body: what one iteration costs (body plan and run state reused)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+            helper.make_node("Mul", ["acc_out", "acc_out"], ["sq"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            _vi("acc_in", [16]),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _vi("acc_out", [16])]
+        + [_vi("sq", [16])],
+    )
+    inits = {"M": np.array(iterations, np.int64), "step": np.full(16, 0.001, np.float32)}
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["y", "squares"], body=body)]
+    return _model(nodes, [_vi("x", [16])], [_vi("y", [16]), _vi("squares", [None, 16])], inits)
+
+
+#: Built models whose time is better read per iteration than per node.
+ITERATIONS = {"loop_10000": LOOP_ITERATIONS}
+
 BUILT: dict[str, Callable[[], Any]] = {
     "add_chain_100": add_chain,
     "mlp": mlp,
     "exported_flatten_mlp": flatten_mlp,
     "exported_small_cnn": small_cnn,
     "exported_transformer_block": transformer_block,
+    "loop_10000": loop_10000,
 }
 
 
@@ -422,6 +451,14 @@ def main(argv: list[str] | None = None) -> int:
             log(f"skip {name}: failed: {type(exc).__name__}: {exc}")
     if rows:
         print(table(rows))
+        for r in rows:
+            n = ITERATIONS.get(r["model"])
+            if n and "ort" in r:
+                gr, ort_t = r["gr"]["median"] / n, r["ort"]["median"] / n
+                print(
+                    f"\n{r['model']}: {gr * 1e6:.2f} µs per iteration in graphrt, "
+                    f"{ort_t * 1e6:.2f} µs in onnxruntime (gr/ort {gr / ort_t:.2f})"
+                )
     else:
         print("(no model could be benchmarked)")
     if skipped:

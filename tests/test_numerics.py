@@ -143,6 +143,8 @@ def kitchen_sink(seed: int = 0) -> tuple[onnx.ModelProto, set[str]]:
     inorm = b.op("InstanceNormalization", dr, b.rand(6, positive=True), b.rand(6))
     lnorm = b.op("LayerNormalization", inorm, b.rand(6, positive=True), b.rand(6), axis=-1)
     lp = b.op("LpPool", lnorm, kernel_shape=[2, 2], strides=[2, 2], p=2)  # [2, 6, 3, 3]
+    ctr = b.op("ConvTranspose", lp, b.rand(6, 3, 3, 3, scale=0.3), pads=[1, 1, 1, 1], group=2)
+    lp = b.op("Add", ctr, b.op("GlobalLpPool", lp, p=2))  # [2, 6, 3, 3]
     padded = b.op("Pad", lp, b.const([0, 0, 1, 0, 0, 0, 0, 1], np.int64), mode="reflect")
     halves = b.op("Split", padded, b.const([2, 2], np.int64), axis=3, outputs=2)  # [2, 6, 4, 2] x2
     tiled = b.op("Tile", halves[0], b.const([1, 1, 1, 2], np.int64))  # [2, 6, 4, 4]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
 from graphrt.attrs import node_info
 from graphrt.errors import PluginError, SessionError
+from graphrt.functions import inline_functions
 from graphrt.ir import IrModel, ValueDecl, check_cancelled, graph_outer_reads, iter_subgraphs
 from graphrt.kernel import NodeInfo, OpDef, OpKernel
 from graphrt.passes import LEVELS, PassContext, PassGraph, PassNode, builtin_passes
@@ -46,6 +48,8 @@ class CompiledGraph:
     dropped_nodes: int
     declared: dict[str, ValueDecl]  # value_info annotations by name
     initializer_names: set[str] = dataclasses.field(default_factory=set)
+    #: Compiled bodies as (node name, body graph name) -> BodySession, for their counters.
+    bodies: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
 
 
 def compile_model(
@@ -63,7 +67,9 @@ def compile_model(
             "unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}"
         )
 
-    def compile_body(graph_proto: Any) -> Any:
+    bodies: dict[tuple[str, int], tuple[str, str, Any]] = {}
+
+    def compile_body(graph_proto: Any, node_name: str = "") -> Any:
         from graphrt.ir import import_graph
         from graphrt.subgraph import BodySession
 
@@ -79,8 +85,11 @@ def compile_model(
         body = compile_model(
             body_ir, table, exact=exact, level="none", path=path, cancellation=cancellation
         )
-        return BodySession(body, len(body_ir.inputs) - len(outer), outer)
+        session = BodySession(body, len(body_ir.inputs) - len(outer), outer)
+        bodies[(node_name, id(graph_proto))] = (node_name, graph_proto.name, session)
+        return session
 
+    ir = inline_functions(ir)  # model-local functions come before plugin operators
     nodes = _resolve(ir, table, cancellation, compile_body)
     if exact:
         _check_exact(nodes, table, ir.opsets)
@@ -146,6 +155,7 @@ def compile_model(
         dropped_nodes=dropped,
         declared=dict(ir.value_info),
         initializer_names=set(ir.initializers),
+        bodies=_body_table(bodies.values()),
     )
 
 
@@ -155,13 +165,6 @@ def _resolve(
     """Every node's winning OpDef; all missing operators (bodies included) reported together."""
     missing: list[str] = []
     resolved: list[PassNode] = []
-    for proto in _body_nodes([n.proto for n in ir.nodes]):
-        domain = "" if proto.domain == "ai.onnx" else proto.domain
-        opset = ir.opsets.get(domain)
-        if opset is not None and table.lookup(domain, proto.op_type, opset) is None:
-            label = _label(domain, proto.op_type, opset)
-            if label not in missing:
-                missing.append(label)
     for n in ir.nodes:
         check_cancelled(cancellation)
         opset = ir.opsets.get(n.domain)
@@ -175,18 +178,28 @@ def _resolve(
             op_def = table.lookup(n.domain, n.op_type, opset)
         except PluginError as exc:
             raise SessionError("unsupported_operator", str(exc), node=n.name) from exc
-        label = (
-            f"{n.op_type} (opset {opset})"
-            if not n.domain
-            else f"{n.domain}.{n.op_type} (opset {opset})"
-        )
+        label = _label(n.domain, n.op_type, opset)
         if op_def is None:
             if label not in missing:
                 missing.append(label)
             continue
-        resolved.append(
-            PassNode(node_info(n.proto, opset), op_def, list(n.inputs), list(n.outputs))
-        )
+        info = node_info(n.proto, opset)
+        bodies = list(iter_subgraphs(n.proto))
+        outer = tuple(dict.fromkeys(x for g in bodies for x in graph_outer_reads(g)))
+        if bodies:
+            info = dataclasses.replace(
+                info,
+                outer_inputs=outer,
+                compile_subgraph=functools.partial(compile_body, node_name=n.name),
+            )
+        resolved.append(PassNode(info, op_def, list(n.inputs) + list(outer), list(n.outputs)))
+    for proto in _body_nodes([n.proto for n in ir.nodes]):  # bodies' operators, reported too
+        domain = "" if proto.domain == "ai.onnx" else proto.domain
+        opset = ir.opsets.get(domain)
+        if opset is not None and table.lookup(domain, proto.op_type, opset) is None:
+            label = _label(domain, proto.op_type, opset)
+            if label not in missing:
+                missing.append(label)
     if missing:
         plugins = ", ".join(table.plugins) or "none"
         raise SessionError(
@@ -195,6 +208,18 @@ def _resolve(
             operators=missing,
         )
     return resolved
+
+
+def _body_table(found: Any) -> dict[tuple[str, str], Any]:
+    """(node, body graph name) -> body; a name two bodies of one node share gets ``#2``..."""
+    table: dict[tuple[str, str], Any] = {}
+    for node, name, body in found:
+        key, k = (node, name), 1
+        while key in table:
+            k += 1
+            key = (node, f"{name}#{k}")
+        table[key] = body
+    return table
 
 
 def _label(domain: str, op_type: str, opset: int) -> str:

@@ -35,9 +35,50 @@ class ValueDecl:
 
     @property
     def type(self) -> str:
+        """onnxruntime's spelling: tensor(float), seq(tensor(int64)), optional(tensor(float))."""
+        if self.kind != "tensor" and self.type_proto is not None:
+            return type_string(self.type_proto)
         if self.kind != "tensor":
             return self.kind
         return dtypes.name_of(self.dtype)
+
+    @property
+    def element_dtype(self) -> np.dtype | None:
+        """The tensor element type inside a sequence or optional (None when undeclared)."""
+        t = self.type_proto
+        while t is not None:
+            which = t.WhichOneof("value")
+            if which == "tensor_type":
+                return _elem_dtype(t.tensor_type.elem_type)
+            if which == "sequence_type":
+                t = t.sequence_type.elem_type
+            elif which == "optional_type":
+                t = t.optional_type.elem_type
+            else:
+                return None
+        return None
+
+
+def type_string(t: Any) -> str:
+    """A TypeProto written the way onnxruntime's NodeArg.type writes it."""
+    which = t.WhichOneof("value")
+    if which == "tensor_type":
+        return dtypes.name_of(_elem_dtype(t.tensor_type.elem_type))
+    if which == "sequence_type":
+        return f"seq({type_string(t.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({type_string(t.optional_type.elem_type)})"
+    if which == "map_type":
+        key = dtypes.name_of(_elem_dtype(t.map_type.key_type))[7:-1]
+        return f"map({key},{type_string(t.map_type.value_type)})"
+    return "unknown"
+
+
+def _elem_dtype(code: int) -> np.dtype | None:
+    try:
+        return dtypes.from_onnx(code)
+    except KeyError:
+        return None
 
 
 @dataclasses.dataclass
@@ -48,6 +89,11 @@ class IrNode:
     name: str
     inputs: list[str]  # "" for an absent optional input
     outputs: list[str]
+
+    @classmethod
+    def of(cls, proto: onnx.NodeProto) -> IrNode:
+        domain = "" if proto.domain == "ai.onnx" else proto.domain
+        return cls(proto, proto.op_type, domain, proto.name, list(proto.input), list(proto.output))
 
 
 @dataclasses.dataclass
@@ -140,17 +186,7 @@ def import_graph(
     inputs += [ValueDecl(name, None, None) for name in outer]
     outputs = [decl(v) for v in graph.output]
     value_info = {v.name: decl(v) for v in graph.value_info}
-    nodes = [
-        IrNode(
-            proto=n,
-            op_type=n.op_type,
-            domain="" if n.domain == "ai.onnx" else n.domain,
-            name=n.name,
-            inputs=list(n.input),
-            outputs=list(n.output),
-        )
-        for n in graph.node
-    ]
+    nodes = [IrNode.of(n) for n in graph.node]
     check_cancelled(cancellation)
     known = {d.name for d in inputs} | set(initializers)
     nodes = topological_order(nodes, known, cancellation, outer=set())

@@ -168,7 +168,9 @@ class RunState:
         kernel = node.kernel
         values = self.values
         ins = [values[v] if v >= 0 else None for v in node.inputs]
-        if kernel.outputs_data_dependent:
+        if kernel.view_of_input and not isinstance(ins[0], np.ndarray):
+            outs = [ins[0]]  # Identity of a sequence or an optional: the value itself
+        elif kernel.outputs_data_dependent:
             kctx.allocated = []
             kernel.run(kctx, ins, [None] * len(node.outputs))
             outs = kctx.allocated + [None] * (len(node.outputs) - len(kctx.allocated))

@@ -186,22 +186,23 @@ class Session:
         indices = self._output_indices(output_names)
         out_arrays = self._validate_out(out, indices) if out else None
         plan = self.plan_for(feeds)
-        results = self._execute(plan, feeds, cancellation, profiler)
-        return self._deliver(results, indices, out_arrays)
-
-    def _execute(
-        self, plan: ExecutionPlan, feeds: list[np.ndarray], cancellation: Any, profiler: Any = None
-    ) -> list:
         state = plan.acquire(self._pool)
         try:
-            with np.errstate(all="ignore"):
-                if profiler is not None:
-                    return state.run_profiled(feeds, profiler, cancellation)
-                if cancellation is not None:
-                    return state.run_checked(feeds, cancellation)
-                return state.run(feeds)
+            results = self._execute(state, feeds, cancellation, profiler)
+            # Outputs still live in the run state's slab: copy them out before another run
+            # can take the state from the pool.
+            return self._deliver(results, indices, out_arrays)
         finally:
             plan.release(state)
+
+    @staticmethod
+    def _execute(state: Any, feeds: list[np.ndarray], cancellation: Any, profiler: Any) -> list:
+        with np.errstate(all="ignore"):
+            if profiler is not None:
+                return state.run_profiled(feeds, profiler, cancellation)
+            if cancellation is not None:
+                return state.run_checked(feeds, cancellation)
+            return state.run(feeds)
 
     def _deliver(self, results: list, indices: list[int], out_arrays: dict | None) -> list[Any]:
         delivered = []
@@ -275,6 +276,17 @@ class Session:
             feeds = self._validate_inputs(feeds)
         return explain(self.plan_for(feeds))
 
+    def body_stats(self) -> list[dict[str, Any]]:
+        """Counters of every If/Loop/Scan/SequenceMap body: runs, plans built, run states made.
+
+        A Loop whose body sees steady shapes shows ``plans_built == 1`` and a handful of
+        run states however many iterations ran: bodies reuse their plan and pooled states.
+        """
+        rows: list[dict[str, Any]] = []
+        for (node, name), body in self._graph.bodies.items():
+            rows += body.stats(f"{node}.{name}")
+        return rows
+
     @property
     def cached_plans(self) -> list[ExecutionPlan]:
         return list(self._plans.values())
@@ -297,6 +309,9 @@ class Session:
         feeds = []
         for d in self._input_decls:
             if d.name not in feed:
+                if d.kind == "optional":  # an omitted optional is an empty one
+                    feeds.append(None)
+                    continue
                 raise SessionError("invalid_input", f"input {d.name!r} is missing")
             feeds.append(_check_input(d, feed[d.name]))
         return feeds
@@ -364,7 +379,16 @@ def _release(pool: IntraOpPool) -> None:
     blas_session_closed()
 
 
-def _check_input(d: ValueDecl, value: Any) -> np.ndarray:
+def _check_input(d: ValueDecl, value: Any) -> Any:
+    if d.kind == "sequence":
+        return _check_sequence(d, value)
+    if d.kind == "optional":
+        if value is None:
+            return None
+        inner = d.type_proto.optional_type.elem_type if d.type_proto is not None else None
+        if inner is not None and inner.WhichOneof("value") == "sequence_type":
+            return _check_sequence(d, value)
+        return _check_element(d, value, d.name)
     if d.kind != "tensor":
         return value
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -387,6 +411,27 @@ def _check_input(d: ValueDecl, value: Any) -> np.ndarray:
                     f"input {d.name!r} axis {axis} must be {want} (shape {_dims(d.dims)}), got "
                     f"shape {list(arr.shape)}",
                 )
+    return arr
+
+
+def _check_sequence(d: ValueDecl, value: Any) -> list[np.ndarray]:
+    if not isinstance(value, (list, tuple)):
+        raise SessionError(
+            "invalid_input",
+            f"input {d.name!r} is {d.type}: pass a list of arrays, not {type(value).__name__}",
+        )
+    return [_check_element(d, v, f"{d.name}[{i}]") for i, v in enumerate(value)]
+
+
+def _check_element(d: ValueDecl, value: Any, where: str) -> np.ndarray:
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    want = d.element_dtype
+    if want is not None and arr.dtype != want:
+        raise SessionError(
+            "invalid_input",
+            f"input {where!r} must be {dtypes.name_of(want)} (declared {d.type}), got "
+            f"{dtypes.name_of(arr.dtype)}",
+        )
     return arr
 
 

@@ -9,6 +9,7 @@ steady shapes builds one plan and reuses one run state.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from graphrt.plan import ExecutionPlan, build_plan
 __all__ = ["BodySession", "copy_value", "value_type"]
 
 MAX_BODY_PLANS = 16
+_OBJECT = (np.dtype(object), ())
 
 
 def value_type(x: Any) -> tuple[np.dtype, tuple[int, ...]]:
@@ -32,6 +34,8 @@ def value_type(x: Any) -> tuple[np.dtype, tuple[int, ...]]:
 
 def copy_value(x: Any) -> Any:
     """A value the caller owns: never a view of a run state's slab or of model weights."""
+    if type(x) is np.ndarray:
+        return x.copy()
     if isinstance(x, np.ndarray):
         return np.array(x, copy=True)
     if isinstance(x, list):
@@ -51,18 +55,22 @@ class BodySession:
         self.num_outputs = len(graph.outputs)
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._lock = threading.Lock()
+        #: Plans built for this body; steady shapes mean it stays at 1 however many runs.
         self.plans_built = 0
+        self._runs = itertools.count()
+        self.runs = 0
 
     @property
     def exact(self) -> bool:
         return self.graph.exact
 
     def plan_for(self, values: Sequence[Any]) -> ExecutionPlan:
-        types = [value_type(v) for v in values]
-        key = tuple((t.str, s) for t, s in types)
+        # The key is built on every iteration of a loop: dtype objects and shapes, nothing more.
+        key = tuple((v.dtype, v.shape) if isinstance(v, np.ndarray) else _OBJECT for v in values)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
+        types = [value_type(v) for v in values]
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
@@ -77,6 +85,8 @@ class BodySession:
 
     def run(self, values: Sequence[Any], pool: Any = None) -> list[Any]:
         """Run the body on its inputs followed by the outer values; outputs are the caller's."""
+        values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
+        self.runs = next(self._runs) + 1
         plan = self.plan_for(values)
         state = plan.acquire(pool)
         try:
@@ -86,7 +96,22 @@ class BodySession:
             plan.release(state)
 
     def states_created(self) -> int:
+        """Run states made by this body's cached plans (pooled states are reused, not made)."""
         return sum(p.states_created for p in self._plans.values())
+
+    def stats(self, path: str) -> list[dict[str, Any]]:
+        """Counters of this body and of the bodies nested in it, each named by its path."""
+        rows = [
+            {
+                "body": path,
+                "runs": self.runs,
+                "plans_built": self.plans_built,
+                "run_states_created": self.states_created(),
+            }
+        ]
+        for (node, attr), inner in self.graph.bodies.items():
+            rows += inner.stats(f"{path}/{node}.{attr}")
+        return rows
 
     def outer_values(self, node_outer: Sequence[str], given: Sequence[Any]) -> list[Any]:
         """Pick this body's outer values from those its node received (in the node's order)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import OpKernel
+from graphrt.kernel import KernelContext, OpKernel
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -51,9 +51,7 @@ def window_attrs(kernel: OpKernel) -> WindowAttrs:
     ceil_mode = node.attr("ceil_mode", 0)
     if ceil_mode not in (0, 1):
         raise kernel.fail(f"ceil_mode must be 0 or 1, got {ceil_mode}")
-    pads = ints("pads", 0)
-    if pads is not None and auto_pad != "NOTSET":
-        raise kernel.fail(f"pads cannot be given with auto_pad {auto_pad}")
+    pads = ints("pads", 0) if auto_pad == "NOTSET" else None  # auto_pad overrides pads
     return WindowAttrs(
         ints("kernel_shape", 1), ints("strides", 1), ints("dilations", 1), pads, auto_pad,
         bool(ceil_mode),
@@ -107,6 +105,8 @@ def resolve(
     eff = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = [-(-n // s) for n, s in zip(spatial, strides)]
+        # never negative (TensorFlow's rule): the spec's formula would crop X when a stride
+        # exceeds the window, where onnxruntime and onnx's reference disagree or fail
         total = [max(0, (o - 1) * s + e - n) for o, s, e, n in zip(out, strides, eff, spatial)]
         if attrs.auto_pad == "SAME_UPPER":
             begin = [t // 2 for t in total]
@@ -146,6 +146,9 @@ class Staging:
     phases: tuple[tuple[int, ...], ...]  # the phase each buffer plane holds, per axis
     extents: tuple[int, ...]  # buffer extents per axis
     taps: tuple[tuple[int, tuple[int, ...]], ...]  # per tap: (plane, start per axis)
+    #: The taps of each plane as a grid: (plane, start, step between taps, kernel slices), per
+    #: axis; one strided view reads them all (im2col in one copy per plane).
+    groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[slice, ...]], ...] = ()
 
     def shape(self, n: int, c: int) -> tuple[int, ...]:
         return (n, len(self.phases), c, *self.extents)
@@ -158,6 +161,23 @@ class Staging:
         plane, start = self.taps[t]
         index = tuple(slice(a, a + (o - 1) * s + 1, s) for a, o, s in zip(start, w.out, self.step))
         return src[(slice(None), plane, slice(None), *index)]
+
+    def group_view(self, w: Window, src: np.ndarray, g: int) -> np.ndarray:
+        """What the taps of group ``g`` read: (N, C, *taps per axis, *out), a strided view."""
+        plane, start, steps, kslices = self.groups[g]
+        base = src[(slice(None), plane, slice(None), *(slice(q, None) for q in start))]
+        counts = tuple(len(range(k)[sl]) for k, sl in zip(w.kernel, kslices))
+        es = base.strides[2:]
+        return np.lib.stride_tricks.as_strided(
+            base,
+            (*base.shape[:2], *counts, *w.out),
+            (
+                *base.strides[:2],
+                *(q * e for q, e in zip(steps, es)),
+                *(s * e for s, e in zip(self.step, es)),
+            ),
+            writeable=False,
+        )
 
     def fill_calls(
         self, w: Window, x: np.ndarray, buf: np.ndarray, value: Any
@@ -194,14 +214,12 @@ def staging(w: Window, split: bool, copy: bool = False) -> Staging:
     """The staging of X for ``w``; ``split`` asks for phase planes when a stride exceeds 1."""
     split = split and any(s > 1 for s in w.strides)
     copy = copy or split or w.reads_outside
-    if not copy:
-        starts = [tuple(t * d for t, d in zip(tap, w.dilations)) for tap in w.taps()]
-        zero = (0,) * len(w.out)
-        return Staging(False, w.strides, (zero,), w.spatial, tuple((0, s) for s in starts))
     if not split:
         starts = [tuple(t * d for t, d in zip(tap, w.dilations)) for tap in w.taps()]
         zero = (0,) * len(w.out)
-        return Staging(True, w.strides, (zero,), w.extent, tuple((0, s) for s in starts))
+        grid = (0, zero, w.dilations, tuple(slice(0, k) for k in w.kernel))
+        extents = w.extent if copy else w.spatial
+        return Staging(copy, w.strides, (zero,), extents, tuple((0, s) for s in starts), (grid,))
     where = [
         tuple(divmod(t * d, s) for t, d, s in zip(tap, w.dilations, w.strides)) for tap in w.taps()
     ]
@@ -209,7 +227,17 @@ def staging(w: Window, split: bool, copy: bool = False) -> Staging:
     plane = {ph: i for i, ph in enumerate(phases)}
     taps = tuple((plane[tuple(r for _, r in qr)], tuple(q for q, _ in qr)) for qr in where)
     extents = tuple(-(-e // s) for e, s in zip(w.extent, w.strides))
-    return Staging(True, (1,) * len(w.out), tuple(phases), extents, taps)
+    groups = []
+    for i, phase in enumerate(phases):
+        axes = []  # per axis: first tap, taps between grid points, q of the first, q step
+        for k, d, s, ph in zip(w.kernel, w.dilations, w.strides, phase):
+            first = next(t for t in range(k) if t * d % s == ph)
+            every = s // math.gcd(d, s)
+            axes.append((slice(first, k, every), first * d // s, every * d // s))
+        groups.append(
+            (i, tuple(a[1] for a in axes), tuple(a[2] for a in axes), tuple(a[0] for a in axes))
+        )
+    return Staging(True, (1,) * len(w.out), tuple(phases), extents, taps, tuple(groups))
 
 
 def flat_offsets(st: Staging, w: Window) -> tuple[list[int], int, tuple[int, ...]]:
@@ -223,6 +251,30 @@ def flat_offsets(st: Staging, w: Window) -> tuple[list[int], int, tuple[int, ...
     offsets = [sum(q * r for q, r in zip(start, rows)) for _, start in st.taps]
     length = sum((o - 1) * r for o, r in zip(w.out, rows)) + 1
     return offsets, length, (w.out[0], *st.extents[1:])
+
+
+class Programmed(OpKernel):
+    """A kernel whose run is a list of numpy calls on views of its arrays.
+
+    ``bind`` makes the views once for the plan's fixed arrays; ``run`` (evaluate_node, dynamic
+    steps) makes them every time.  A view of a non-contiguous array could be a copy, so such
+    inputs are made contiguous first and bind then falls back to ``run``.
+    """
+
+    def program(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        inputs = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
+        self.program(ctx, inputs, outputs)()
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        arrays = [a for a in (*inputs, *outputs) if isinstance(a, np.ndarray)]
+        if all(a.flags.c_contiguous for a in arrays):
+            return self.program(ctx, inputs, outputs)
+        return functools.partial(self.run, ctx, inputs, outputs)
 
 
 def call_all(calls: Sequence[Callable[[], Any]]) -> None:

@@ -90,20 +90,25 @@ OPERATORS += [
     OpDef("ReduceProd", reduce.ReduceProd),
 ]
 
-# -- neural-network operators (convolution.py, pooling.py, normalization.py) ------------------
-from . import convolution, normalization, pooling  # noqa: E402
+# -- neural-network operators (conv.py, pool.py, norm.py) -------------------------------------
+from . import conv, norm, pool  # noqa: E402
 
 OPERATORS += [
-    OpDef("Conv", convolution.Conv),
-    OpDef("MaxPool", pooling.MaxPool),
-    OpDef("AveragePool", pooling.AveragePool),
-    OpDef("LpPool", pooling.LpPool, since=2),
-    OpDef("GlobalAveragePool", pooling.GlobalAveragePool),
-    OpDef("GlobalMaxPool", pooling.GlobalMaxPool),
-    OpDef("BatchNormalization", normalization.BatchNormalization),
-    OpDef("InstanceNormalization", normalization.InstanceNormalization),
-    OpDef("LayerNormalization", normalization.LayerNormalization, since=17),
-    OpDef("LRN", normalization.LRN),
+    # convolutions (conv.py)
+    OpDef("Conv", conv.Conv),
+    OpDef("ConvTranspose", conv.ConvTranspose),
+    # pools (pool.py)
+    OpDef("MaxPool", pool.MaxPool),
+    OpDef("AveragePool", pool.AveragePool),
+    OpDef("LpPool", pool.LpPool),
+    OpDef("GlobalAveragePool", pool.GlobalAveragePool),
+    OpDef("GlobalMaxPool", pool.GlobalMaxPool),
+    OpDef("GlobalLpPool", pool.GlobalLpPool),
+    # normalizations (norm.py)
+    OpDef("BatchNormalization", norm.BatchNormalization),
+    OpDef("InstanceNormalization", norm.InstanceNormalization),
+    OpDef("LayerNormalization", norm.LayerNormalization, since=17),
+    OpDef("LRN", norm.LRN),
 ]
 
 # -- tensor and shape operators (shape.py, tensor.py, slice.py, pad.py, gather.py) ------------

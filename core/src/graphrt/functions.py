@@ -1,0 +1,90 @@
+"""Model-local functions (ModelProto.functions), resolved before any plugin operator.
+
+A call to a function the model defines is replaced by the function's body: formal inputs and
+outputs renamed to the call's values, every other value given a name unique to the call, and
+attributes that refer to the caller's (``ref_attr_name``) filled in from the call or from the
+function's defaults.  Calls inside function bodies are expanded the same way, so nested
+functions work; a body that uses an operator no plugin provides is reported like any other
+missing operator.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import onnx
+
+from graphrt.errors import SessionError
+from graphrt.ir import IrModel, IrNode
+
+__all__ = ["inline_functions"]
+
+MAX_DEPTH = 64
+
+
+def inline_functions(ir: IrModel) -> IrModel:
+    if not ir.functions:
+        return ir
+    table = {(f.domain, f.name): f for f in ir.functions}
+    for f in ir.functions:
+        for imp in f.opset_import:
+            ir.opsets.setdefault("" if imp.domain == "ai.onnx" else imp.domain, int(imp.version))
+    counter = itertools.count()
+    nodes: list[IrNode] = []
+    for n in ir.nodes:
+        nodes += [IrNode.of(proto) for proto in _expand(n.proto, table, counter, 0)]
+    ir.nodes = nodes
+    return ir
+
+
+def _expand(node: onnx.NodeProto, table: dict, counter: Any, depth: int) -> list[onnx.NodeProto]:
+    fn = table.get((node.domain, node.op_type))
+    if fn is None:
+        return [node]
+    if depth > MAX_DEPTH:
+        raise SessionError(
+            "invalid_model", f"function {node.op_type!r} calls itself (recursion)", node=node.name
+        )
+    call = next(counter)
+    prefix = f"{node.name or node.op_type}__call{call}__"
+    rename: dict[str, str] = {}
+    for formal, actual in zip(fn.input, node.input):
+        rename[formal] = actual
+    for formal in fn.input[len(node.input) :]:
+        rename[formal] = ""
+    for formal, actual in zip(fn.output, node.output):
+        rename[formal] = actual
+    attrs = {a.name: a for a in node.attribute}
+    defaults = {a.name: a for a in fn.attribute_proto}
+    out: list[onnx.NodeProto] = []
+    for body_node in fn.node:
+        new = onnx.NodeProto()
+        new.CopyFrom(body_node)
+        new.name = prefix + (body_node.name or body_node.op_type)
+        del new.input[:]
+        new.input.extend(_renamed(x, rename, prefix) for x in body_node.input)
+        del new.output[:]
+        new.output.extend(_renamed(x, rename, prefix) for x in body_node.output)
+        del new.attribute[:]
+        for a in body_node.attribute:
+            if a.ref_attr_name:
+                given = attrs.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+                if given is None:
+                    continue  # not given and no default: the attribute is absent
+                filled = onnx.AttributeProto()
+                filled.CopyFrom(given)
+                filled.name = a.name
+                new.attribute.append(filled)
+            else:
+                new.attribute.append(a)
+        out.extend(_expand(new, table, counter, depth + 1))
+    return out
+
+
+def _renamed(name: str, rename: dict[str, str], prefix: str) -> str:
+    if not name:
+        return name
+    if name in rename:
+        return rename[name]
+    return prefix + name
