@@ -189,6 +189,75 @@ def transformer_block(seq: int = 64, dim: int = 128, heads: int = 4) -> Any:
     return _model(nodes, [_vi("x", [1, seq, dim])], [_vi("y", [1, seq, dim])], inits)
 
 
+def bert_encoder(layers: int = 4, hidden: int = 256, seq: int = 128, heads: int = 4) -> Any:
+    """A BERT-like encoder as exporters write it: LayerNormalization, Erf-GELU, batch ``N``."""
+    rng = np.random.default_rng(5)
+    dh = hidden // heads
+    inits: dict[str, np.ndarray] = {
+        "heads_shape": np.array([0, seq, heads, dh], np.int64),
+        "model_shape": np.array([0, seq, hidden], np.int64),
+        "scale": np.array(1 / np.sqrt(dh), np.float32),
+        "sqrt2": np.array(np.sqrt(2.0), np.float32),
+        "one": np.array(1.0, np.float32),
+        "half": np.array(0.5, np.float32),
+    }
+    nodes: list = []
+    prev = "x"
+    for k in range(layers):
+        p = f"l{k}_"
+
+        def w(name: str, *shape: int, p: str = p) -> str:
+            inits[p + name] = _w(rng, *shape)
+            return p + name
+
+        for q in "qkv":
+            nodes += [
+                helper.make_node("MatMul", [prev, w(f"w{q}", hidden, hidden)], [p + q + "0"]),
+                helper.make_node("Add", [p + q + "0", w(f"b{q}", hidden)], [p + q + "1"]),
+                helper.make_node("Reshape", [p + q + "1", "heads_shape"], [p + q + "2"]),
+            ]
+        nodes += [
+            helper.make_node("Transpose", [p + "q2"], [p + "q"], perm=[0, 2, 1, 3]),
+            helper.make_node("Transpose", [p + "k2"], [p + "kt"], perm=[0, 2, 3, 1]),
+            helper.make_node("Transpose", [p + "v2"], [p + "v"], perm=[0, 2, 1, 3]),
+            helper.make_node("MatMul", [p + "q", p + "kt"], [p + "s0"]),
+            helper.make_node("Mul", [p + "s0", "scale"], [p + "s"]),
+            helper.make_node("Softmax", [p + "s"], [p + "attn"], axis=-1),
+            helper.make_node("MatMul", [p + "attn", p + "v"], [p + "c0"]),
+            helper.make_node("Transpose", [p + "c0"], [p + "c1"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [p + "c1", "model_shape"], [p + "c"]),
+            helper.make_node("MatMul", [p + "c", w("wo", hidden, hidden)], [p + "o0"]),
+            helper.make_node("Add", [p + "o0", w("bo", hidden)], [p + "o1"]),
+            helper.make_node("Add", [p + "o1", prev], [p + "r1"]),
+        ]
+        inits[p + "g1"], inits[p + "be1"] = np.ones(hidden, np.float32), _w(rng, hidden)
+        inits[p + "g2"], inits[p + "be2"] = np.ones(hidden, np.float32), _w(rng, hidden)
+        nodes += [
+            helper.make_node(
+                "LayerNormalization", [p + "r1", p + "g1", p + "be1"], [p + "h"], axis=-1
+            ),
+            helper.make_node("MatMul", [p + "h", w("wf1", hidden, 4 * hidden)], [p + "f0"]),
+            helper.make_node("Add", [p + "f0", w("fb1", 4 * hidden)], [p + "f1"]),
+            # GELU as exporters write it: 0.5 * x * (1 + erf(x / sqrt(2)))
+            helper.make_node("Div", [p + "f1", "sqrt2"], [p + "g0"]),
+            helper.make_node("Erf", [p + "g0"], [p + "g1e"]),
+            helper.make_node("Add", [p + "g1e", "one"], [p + "g2e"]),
+            helper.make_node("Mul", [p + "f1", p + "g2e"], [p + "g3"]),
+            helper.make_node("Mul", [p + "g3", "half"], [p + "gelu"]),
+            helper.make_node("MatMul", [p + "gelu", w("wf2", 4 * hidden, hidden)], [p + "f3"]),
+            helper.make_node("Add", [p + "f3", w("fb2", hidden)], [p + "f4"]),
+            helper.make_node("Add", [p + "f4", p + "h"], [p + "r2"]),
+            helper.make_node(
+                "LayerNormalization",
+                [p + "r2", p + "g2", p + "be2"],
+                ["y" if k == layers - 1 else p + "out"],
+                axis=-1,
+            ),
+        ]
+        prev = p + "out"
+    return _model(nodes, [_vi("x", ["N", seq, hidden])], [_vi("y", ["N", seq, hidden])], inits)
+
+
 LOOP_ITERATIONS = 10_000
 
 
@@ -223,6 +292,7 @@ BUILT: dict[str, Callable[[], Any]] = {
     "exported_flatten_mlp": flatten_mlp,
     "exported_small_cnn": small_cnn,
     "exported_transformer_block": transformer_block,
+    "bert_encoder_4x256": bert_encoder,
     "loop_10000": loop_10000,
 }
 

@@ -58,7 +58,7 @@ def test_run_random_inputs_from_declared_shapes(tmp_path, capsys):
     assert rc == 0, captured.err
     assert f"model: {path}" in captured.out
     assert "input  x: float32 [3, 24]" in captured.out
-    assert "(random, seed 7)" in captured.out
+    assert "(declared [N, 24], random, seed 7)" in captured.out
     assert re.search(
         r"output y: float32 \[3, 10\]  min \S+  max \S+  mean \S+  first \[", captured.out
     )
@@ -90,7 +90,7 @@ def test_run_npy_and_npz_inputs_match_numpy(tmp_path, capsys):
     rc = main([*args, "--repeat", "1", "--save", out, "-q"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    assert "input  a: float32 [4, 3]" in captured.out and "(given)" in captured.out
+    assert "input  a: float32 [4, 3]" in captured.out and "(declared [N, 3], given)" in captured.out
     y = (a + b) * a - np.array([1, 2, 3], np.float32)
     with np.load(out) as saved:
         np.testing.assert_allclose(saved["y"], y, rtol=1e-6)

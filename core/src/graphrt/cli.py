@@ -283,7 +283,8 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
         feed, given = _make_inputs(sess, args.input, args.inputs, parse_dims(args.dim), args.seed)
         for d in sess.get_inputs():
             how = "given" if d.name in given else f"random, seed {args.seed}"
-            print(f"input  {d.name}: {summarize(feed[d.name])}  ({how})")
+            declared = f"declared {_dims_text(d.shape)}, " if d.shape is not None else ""
+            print(f"input  {d.name}: {summarize(feed[d.name])}  ({declared}{how})")
         progress.say("planning and running once...")
         t0 = time.perf_counter()
         outputs = sess.run(None, feed)
@@ -321,9 +322,19 @@ def _walk_nodes(graph: Any) -> Any:
                 yield from _walk_nodes(g)
 
 
+def _dims_text(dims: Any) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _declared(d: Any) -> str:
+    """``x tensor(float) [N, 3]``: a declared value with its symbols, as the model states it."""
+    shape = "" if d.dims is None else " " + _dims_text(d.dims)
+    return f"{d.name} {d.type}{shape}"
+
+
 def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
     from graphrt.errors import PluginError
-    from graphrt.ir import read_model
+    from graphrt.ir import decl, read_model
     from graphrt.plugins import snapshot
 
     path, label = _model_arg(args.model)
@@ -335,6 +346,10 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
     print(f"model: {label}")
     print("opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(opsets.items())))
     print(f"plugins: {', '.join(table.plugins) or 'none'}")
+    inits = {t.name for t in proto.graph.initializer}
+    for label_, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
+        shown = [_declared(decl(v)) for v in values if v.name not in inits]
+        print(f"{label_}: " + ("; ".join(shown) or "none"))
 
     counts: dict[tuple[str, str], int] = {}
     for node in _walk_nodes(proto.graph):

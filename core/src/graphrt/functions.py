@@ -10,13 +10,14 @@ missing operator.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
 import onnx
 
 from graphrt.errors import SessionError
-from graphrt.ir import IrModel, IrNode
+from graphrt.ir import IrModel, IrNode, decl
 
 __all__ = ["inline_functions"]
 
@@ -33,12 +34,15 @@ def inline_functions(ir: IrModel) -> IrModel:
     counter = itertools.count()
     nodes: list[IrNode] = []
     for n in ir.nodes:
-        nodes += [IrNode.of(proto) for proto in _expand(n.proto, table, counter, 0)]
+        nodes += [IrNode.of(proto) for proto in _expand(n.proto, table, counter, 0, ir)]
     ir.nodes = nodes
     return ir
 
 
-def _expand(node: onnx.NodeProto, table: dict, counter: Any, depth: int) -> list[onnx.NodeProto]:
+def _expand(
+    node: onnx.NodeProto, table: dict, counter: Any, depth: int, ir: IrModel
+) -> list[onnx.NodeProto]:
+    """The call replaced by the function's nodes; its value_info joins the model's, renamed."""
     fn = table.get((node.domain, node.op_type))
     if fn is None:
         return [node]
@@ -55,6 +59,10 @@ def _expand(node: onnx.NodeProto, table: dict, counter: Any, depth: int) -> list
         rename[formal] = ""
     for formal, actual in zip(fn.output, node.output):
         rename[formal] = actual
+    for v in getattr(fn, "value_info", ()):  # annotations share the run's map (check_shapes)
+        name = _renamed(v.name, rename, prefix)
+        if name:
+            ir.value_info.setdefault(name, dataclasses.replace(decl(v), name=name))
     attrs = {a.name: a for a in node.attribute}
     defaults = {a.name: a for a in fn.attribute_proto}
     out: list[onnx.NodeProto] = []
@@ -78,7 +86,7 @@ def _expand(node: onnx.NodeProto, table: dict, counter: Any, depth: int) -> list
                 new.attribute.append(filled)
             else:
                 new.attribute.append(a)
-        out.extend(_expand(new, table, counter, depth + 1))
+        out.extend(_expand(new, table, counter, depth + 1, ir))
     return out
 
 

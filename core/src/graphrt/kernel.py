@@ -236,7 +236,16 @@ class InferContext:
 class KernelContext:
     """What ``run`` sees besides its arrays; one per step per run state, reused across runs."""
 
-    __slots__ = ("allocated", "arena", "exact", "node", "pool", "prepared", "scratch")
+    __slots__ = (
+        "allocated",
+        "arena",
+        "exact",
+        "node",
+        "pool",
+        "prepared",
+        "scratch",
+        "shape_bindings",
+    )
 
     def __init__(
         self,
@@ -255,6 +264,9 @@ class KernelContext:
         self.arena = arena
         self.allocated: list[Any] = []
         self.node = node
+        #: The run's binding map of symbolic dims when ``check_shapes`` is on (else None):
+        #: bodies run through :meth:`BodySession.run` with this context share it.
+        self.shape_bindings: dict[str, Any] | None = None
 
     def allocate_output(self, i: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
         """For data-dependent kernels: an output array of the given type and shape."""

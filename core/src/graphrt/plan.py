@@ -118,10 +118,13 @@ def build_plan(
     debug: bool = False,
     keep_all: bool = False,
     check_shapes: bool = False,
+    body: bool = False,
 ) -> ExecutionPlan:
     """Make the plan for these input types and shapes.
 
     ``keep_all`` keeps every intermediate alive to the end (no reuse), for inspection.
+    ``body`` marks the plan of an If/Loop/Scan body: its inputs are not the caller's, so a
+    violated input annotation is the model's fault (invalid_model).
     """
     types: dict[int, ValueType] = {}
     constants: dict[int, np.ndarray] = dict(graph.constants)
@@ -241,7 +244,7 @@ def build_plan(
     if check_shapes:
         from graphrt.shapes import plan_checks
 
-        checks = plan_checks(graph, steps)
+        checks = plan_checks(graph, steps, input_kind="invalid_model" if body else "invalid_input")
     return ExecutionPlan(
         graph, key, steps, types, constants, dynamic, memory, folded, debug, checks
     )

@@ -199,12 +199,15 @@ class RunState:
             if v >= 0:
                 values[v] = x
 
-    def run(self, feeds: list[np.ndarray]) -> list[Any]:
-        """Run the program on inputs already validated; returns the (internal) output values."""
+    def run(self, feeds: list[np.ndarray], bindings: dict | None = None) -> list[Any]:
+        """Run the program on inputs already validated; returns the (internal) output values.
+
+        ``bindings`` is the enclosing run's binding map when this is a body checking shapes.
+        """
         self.arena.reset()
         checks = self.plan.shape_checks
         if checks is not None:
-            self._check_start(checks, feeds)
+            self._check_start(checks, feeds, {} if bindings is None else bindings)
         for vid, dst, src in zip(self.plan.graph.input_ids, self.inputs, feeds):
             if dst is None:  # kept outside the slab (strings, sequences): the run's own copy
                 self.values[vid] = copy_value(src)
@@ -228,11 +231,14 @@ class RunState:
         values = self.values
         return [values[v] for v in self.outputs]
 
-    def _check_start(self, checks: Any, feeds: list[np.ndarray]) -> None:
-        """A new binding map; graph inputs before anything runs, then values without a step."""
+    def _check_start(self, checks: Any, feeds: list[np.ndarray], bindings: dict) -> None:
+        """The run's binding map; graph inputs before anything runs, then values without a step."""
         from graphrt.shapes import check_value
 
-        self.bindings = bindings = {}
+        self.bindings = bindings
+        for kctx in self.contexts:
+            if kctx is not None:
+                kctx.shape_bindings = bindings
         by_vid = dict(zip(self.plan.graph.input_ids, feeds))
         for c in checks.inputs:
             x = by_vid.get(c.vid)

@@ -75,15 +75,22 @@ def check_value(
 
 
 def plan_checks(
-    graph: Any, steps: Sequence[Any], declared_extra: dict[str, Any] | None = None
+    graph: Any,
+    steps: Sequence[Any],
+    declared_extra: dict[str, Any] | None = None,
+    input_kind: str = "invalid_input",
 ) -> ShapeChecks | None:
-    """Which values to check and where, for one plan; None when the model annotates nothing."""
+    """Which values to check and where, for one plan; None when nothing needs checking.
+
+    A graph with bodies always gets checks: the run's binding map must reach the bodies even
+    when the enclosing graph annotates nothing itself.
+    """
     decls: dict[str, Any] = dict(graph.declared)
     decls.update(declared_extra or {})
     for d in graph.outputs:
         decls[d.name] = d
     inputs = tuple(
-        Check(vid, d.name, tuple(d.dims), "invalid_input")
+        Check(vid, d.name, tuple(d.dims), input_kind)
         for vid, d in zip(graph.input_ids, graph.inputs)
         if d.dims is not None and d.kind == "tensor"
     )
@@ -116,6 +123,6 @@ def plan_checks(
         found = tuple(c for c in (check_for(o) for o in st.node.outputs) if c is not None)
         if found:
             after[i] = found
-    if not inputs and not before and not after:
+    if not inputs and not before and not after and not getattr(graph, "bodies", None):
         return None
     return ShapeChecks(inputs, tuple(before), after)

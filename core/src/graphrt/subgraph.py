@@ -23,6 +23,7 @@ __all__ = ["BodySession", "copy_value", "value_type"]
 
 MAX_BODY_PLANS = 16
 _OBJECT = (np.dtype(object), ())
+_CHECKED = "check_shapes"
 
 
 def value_type(x: Any) -> tuple[np.dtype, tuple[int, ...]]:
@@ -64,9 +65,11 @@ class BodySession:
     def exact(self) -> bool:
         return self.graph.exact
 
-    def plan_for(self, values: Sequence[Any]) -> ExecutionPlan:
+    def plan_for(self, values: Sequence[Any], check_shapes: bool = False) -> ExecutionPlan:
         # The key is built on every iteration of a loop: dtype objects and shapes, nothing more.
         key = tuple((v.dtype, v.shape) if isinstance(v, np.ndarray) else _OBJECT for v in values)
+        if check_shapes:
+            key += (_CHECKED,)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -74,7 +77,7 @@ class BodySession:
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
-                plan = build_plan(self.graph, types)
+                plan = build_plan(self.graph, types, check_shapes=check_shapes, body=True)
                 plans = dict(self._plans)
                 while len(plans) >= MAX_BODY_PLANS:
                     del plans[next(iter(plans))]
@@ -83,14 +86,20 @@ class BodySession:
                 self.plans_built += 1
         return plan
 
-    def run(self, values: Sequence[Any], pool: Any = None) -> list[Any]:
-        """Run the body on its inputs followed by the outer values; outputs are the caller's."""
-        values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
+    def run(self, values: Sequence[Any], ctx: Any = None) -> list[Any]:
+        """Run the body on its inputs followed by the outer values; outputs are the caller's.
+
+        ``ctx`` is the calling kernel's :class:`~graphrt.kernel.KernelContext`: the body runs
+        on its intra-op pool and, when the session checks shapes, shares its binding map.
+        """
         self.runs = next(self._runs) + 1
-        plan = self.plan_for(values)
+        values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
+        pool = getattr(ctx, "pool", None)
+        bindings = getattr(ctx, "shape_bindings", None)
+        plan = self.plan_for(values, check_shapes=bindings is not None)
         state = plan.acquire(pool)
         try:
-            results = state.run(list(values))
+            results = state.run(list(values), bindings)
             return [copy_value(r) for r in results]
         finally:
             plan.release(state)

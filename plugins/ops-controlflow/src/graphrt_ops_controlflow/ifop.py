@@ -18,4 +18,4 @@ class If(BodyKernel):
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         branch = self.then_branch if scalar(inputs[0], "cond", self) else self.else_branch
-        self.emit(ctx, branch.run(self.outer(branch, inputs), ctx.pool))
+        self.emit(ctx, branch.run(self.outer(branch, inputs), ctx))

@@ -41,7 +41,7 @@ class Loop(BodyKernel):
         i = 0
         while keep and (limit is None or i < limit):
             args = [np.array(i, np.int64), np.array(keep, np.bool_), *carried, *outer]
-            outs = self.loop_body.run(args, ctx.pool)
+            outs = self.loop_body.run(args, ctx)
             keep = bool(scalar(outs[0], "the body's condition", self))
             carried = outs[1 : 1 + self.n_carried]
             for k, value in enumerate(outs[1 + self.n_carried :]):

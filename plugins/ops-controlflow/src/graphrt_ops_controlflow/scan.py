@@ -68,7 +68,7 @@ class Scan(BodyKernel):
                 np.take(x, n - 1 - t if d else t, axis=a)
                 for x, a, d in zip(scans, axes, self.in_dirs)
             ]
-            outs = self.scan_body.run([*states, *slices, *outer], ctx.pool)
+            outs = self.scan_body.run([*states, *slices, *outer], ctx)
             states = outs[: self.n_state]
             for k, v in enumerate(outs[self.n_state :]):
                 steps[k].append(v)

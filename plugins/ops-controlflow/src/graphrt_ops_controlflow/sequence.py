@@ -132,6 +132,6 @@ class SequenceMap(BodyKernel):
         results: list[list[Any]] = [[] for _ in range(self.map_body.num_outputs)]
         for i in range(n):
             args = [x[i] if isinstance(x, list) else x for x in given]
-            for k, v in enumerate(self.map_body.run([*args, *outer], ctx.pool)):
+            for k, v in enumerate(self.map_body.run([*args, *outer], ctx)):
                 results[k].append(v)
         self.emit(ctx, results)
