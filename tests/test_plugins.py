@@ -91,10 +91,17 @@ def test_registered_plugin_is_frozen_out_of_earlier_sessions():
         def run(self, ctx, inputs, outputs):
             np.negative(inputs[0], out=outputs[0])
 
+    first = types.SimpleNamespace(
+        graphrt_operators=hookimpl(lambda: [OpDef("Negate1", Negate, domain="com.reg")])
+    )
     plugin = types.SimpleNamespace(
         graphrt_operators=hookimpl(lambda: [OpDef("Negate2", Negate, domain="com.reg")])
     )
-    earlier = graphrt.Session(_model("Relu"))
+    first_name = graphrt.register_plugin(first, "ops-first")  # works with autoloading off too
+    try:
+        earlier = graphrt.Session(_model("Negate1", "com.reg"))
+    finally:
+        graphrt.unregister_plugin(first_name)
     name = graphrt.register_plugin(plugin, "ops-registered")
     try:
         later = graphrt.Session(_model("Negate2", "com.reg"))
