@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 import graphrt
 from graphrt.errors import SessionError
 from graphrt_ops_basic.fusion import fusion_passes
-from tests._models import init, make_model, tensor
+from tests._models import init, make_model, small_cnn, tensor
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(11)
@@ -102,6 +102,28 @@ def test_conv_bias_activation_fuses_into_one_node_with_the_same_bits(act, bias):
     assert fused.graph.nodes[0].info.name == "conv1"  # the fused node keeps the Conv's name
     assert "fuse_product_activation" in fused.graph.passes_run
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("bounds", [{"min": -0.5, "max": 0.5}, {"max": 6.0}, {}])
+def test_clip_with_attribute_bounds_fuses_with_the_same_bits(bounds):
+    """Before opset 11 Clip's bounds are attributes; an absent bound is no bound."""
+    model = _conv_model(None, True, None, opset=10)
+    model.graph.node[0].output[0] = "c"
+    model.graph.node.append(helper.make_node("Clip", ["c"], ["y"], **bounds))
+    fused, got, want = _fused_and_plain(model, {"x": _x(2, 3, 9, 9) * 8})
+    assert _ops(fused) == ["com.graphrt.FusedConv"]
+    assert got.tobytes() == want.tobytes()
+
+
+def test_batchnorm_folds_first_then_the_relu_fuses_at_level_all():
+    model = small_cnn(seed=2, channels=8, bn=True)
+    x = _x(2, 3, 16, 16)
+    full, got = _run(model, {"x": x}, optimization_level="all")
+    basic, want = _run(model, {"x": x}, optimization_level="basic")
+    assert _ops(full)[:2] == ["com.graphrt.FusedConv", "MaxPool"]
+    assert _ops(basic)[:3] == ["Conv", "BatchNormalization", "Relu"]  # BN blocks the fusion
+    assert _ops(basic)[4] == "com.graphrt.FusedConv"  # the grouped Conv -> Relu
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_conv_and_its_bias_add_become_one_conv():
@@ -575,3 +597,17 @@ def test_bert_encoder_fused_matches_onnxruntime(layernorm):
     unfused = graphrt.Session(model, optimization_level="none")
     removed = 2 * (6 + 5 + (16 if layernorm == "primitives" else 0))
     assert len(unfused.graph.nodes) - len(sess.graph.nodes) == removed
+
+
+def test_fused_encoder_steady_state_allocates_no_array_data():
+    from tests.test_alloc import assert_no_numpy_allocation
+
+    model = _with_primitive_layernorms(_bench_models().bert_encoder(1, hidden=64, seq=16, heads=2))
+    sess = graphrt.Session(model, optimization_level="all", intra_op_threads=1)
+    assert "com.graphrt.LayerNormalization" in _ops(sess)
+    feed = {"x": RNG.standard_normal((2, 16, 64)).astype(np.float32)}
+    out = {"y": np.empty((2, 16, 64), np.float32)}
+    for _ in range(3):
+        sess.run(None, feed, out=out)
+    assert sess.cached_plans[0].static
+    assert_no_numpy_allocation(lambda: sess.run(None, feed, out=out))

@@ -27,15 +27,15 @@ class FusionPass(GraphPass):
         raise NotImplementedError
 
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
-        changed = False
+        gone: set[int] = set()  # ids of the nodes fused away during this run
         for node in list(graph.nodes):
-            if not self.starts(node) or node not in graph.nodes:
+            if id(node) in gone or not self.starts(node):
                 continue
             found = self.fuse(graph, ctx, node)
             if found is not None:
                 graph.replace(*found)
-                changed = True
-        return changed
+                gone.update(id(n) for n in found[0])
+        return bool(gone)
 
 
 def sole_reader(graph: PassGraph, name: str) -> PassNode | None:
