@@ -30,7 +30,7 @@ from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._geometry import call_all
 from ._util import is_float, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
-from .activation import _bound, _clip
+from .activation import clip_bound, clip_into
 from .conv import Conv
 from .gelu import GeluPlan, gelu_call, gelu_plan, parse_approximate
 from .matmul import Gemm, MatMul
@@ -97,8 +97,8 @@ def plan_epilogue(kernel: OpKernel, ctx: InferContext, act: Activation, bias: bo
     if act.kind == "Sigmoid":
         sigmoid = (ctx.add_scratch(dtype, shape), ctx.add_scratch(dtype, shape))
     gelu = gelu_plan(ctx, shape, dtype, act.tanh) if act.kind == "Gelu" else None
-    low = _bound(dtype, act.low) if act.kind == "Clip" else None
-    high = _bound(dtype, act.high) if act.kind == "Clip" else None
+    low = clip_bound(dtype, act.low) if act.kind == "Clip" else None
+    high = clip_bound(dtype, act.high) if act.kind == "Clip" else None
     return Epilogue(act, bias, low, high, sigmoid, gelu, nan_mask)
 
 
@@ -119,7 +119,7 @@ def epilogue_calls(
             zeros = zeros_like_shape(y.dtype, y.shape)
             calls.append(functools.partial(np.maximum, y, zeros, out=y))
     elif kind == "Clip":
-        calls.append(functools.partial(_clip, y, e.low, e.high, y))
+        calls.append(functools.partial(clip_into, y, e.low, e.high, y))
     elif kind == "Sigmoid":
         e_buf, num = (ctx.scratch[i] for i in e.sigmoid)
         calls.append(functools.partial(sigmoid_into, y, y, e_buf, num))

@@ -5,8 +5,9 @@
 over blocks of the flattened tensor (:class:`.unary.ErfPlan`), each block finished while it is
 in cache: the argument, erf in place, then ``(erf + 1) * x * 0.5`` into the output.  float16
 and bfloat16 compute in float32 and round once.  The fusion pass ``fuse_gelu`` turns the
-primitive graph into this operator; it evaluates x / sqrt(2) as x * (1 / sqrt(2)), so it does
-not claim to preserve bits.  Not exact (erf and tanh are ours or numpy's, not canonical).
+primitive graph into this operator; as the kernel multiplies by 1/sqrt(2) where a model may
+divide by sqrt(2), and associates the products its own way, the pass does not claim to preserve
+bits.  Not exact (erf and tanh are ours or numpy's, not canonical).
 """
 
 from __future__ import annotations
