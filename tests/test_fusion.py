@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -152,13 +153,22 @@ def test_products_fuse_bias_and_activation_with_the_same_bits(op, act, with_bias
     assert got.tobytes() == want.tobytes()
 
 
-def test_exact_mode_runs_the_bit_preserving_fusion_with_exact_bits():
-    model = _mm_model("MatMul", "Relu", rand_w(5))
+@pytest.mark.parametrize(("op", "with_bias"), [("MatMul", True), ("Gemm", True), ("Gemm", False)])
+def test_exact_mode_runs_the_bit_preserving_fusion_with_exact_bits(op, with_bias):
     x = rand_x(4, 7)
-    x[1, :] = np.nan
-    x[2, :] = np.inf
+    x[1, :] = np.array(0xFFC12345, np.uint32).view(np.float32)  # a NaN with a payload
+    x[2, :] = 0
+    x[2, 0] = np.inf  # row 2 of the product: +-inf, by the sign of the weight's first row
+    model = _mm_model(op, "Relu", rand_w(5) if with_bias else None)
+    consts = {i.name: i for i in model.graph.initializer}
+    if with_bias:
+        weight = onnx.numpy_helper.to_array(consts["w"])
+        first = weight[:, 0] if op == "Gemm" else weight[0]  # Gemm's weight is transposed
+        bias = onnx.numpy_helper.to_array(consts["bias"]).copy()
+        bias[first > 0] = -np.inf  # inf + -inf: a NaN made by the bias add itself
+        consts["bias"].CopyFrom(init("bias", bias))
     fused, got, want = fused_and_plain(model, {"x": x}, mode="exact")
-    assert op_list(fused) == ["com.graphrt.FusedMatMul"]
+    assert op_list(fused) == [f"com.graphrt.Fused{op}"]
     assert np.isnan(got).any()
     assert got.tobytes() == want.tobytes()
     nan_bits = got[np.isnan(got)].view(np.uint32)
