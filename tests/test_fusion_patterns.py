@@ -88,8 +88,10 @@ def test_gelu_primitives_fuse_at_level_all(scale, order):
     fused, got, want = fused_and_plain(model, {"x": x}, level="all")
     assert op_list(fused) == ["com.graphrt.Gelu"]  # opset 17: ai.onnx has no Gelu yet
     assert fused.graph.nodes[0].info.name == "erf1"
-    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
-    np.testing.assert_allclose(got, _gelu_reference(x), rtol=1e-6, atol=1e-7)
+    # for large negative x, 1 + erf cancels: both graphs are off by about x * 2**-24 there
+    atol = 1e-7 * float(np.abs(x).max())
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=atol)
+    np.testing.assert_allclose(got, _gelu_reference(x), rtol=1e-6, atol=atol)
     assert len(graphrt.Session(model, optimization_level="basic").graph.nodes) == 5
 
 
@@ -136,7 +138,7 @@ def test_gelu_then_matmul_bias_fuse_into_one_product():
     fused, got, want = fused_and_plain(model, {"x0": rand_x(3, 8)}, level="all")
     assert op_list(fused) == ["com.graphrt.FusedMatMul"]
     assert fused.graph.nodes[0].info.attrs["activation"] == "Gelu"
-    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
 
 
 def _gelu_op_model(approximate: str, elem: int) -> onnx.ModelProto:
