@@ -122,7 +122,7 @@ class Clip(OpKernel):
         ctx.set_output(0, dtype, ctx.shape(0))
         if self.node.opset < 11:
             lo, hi = self.node.attr("min"), self.node.attr("max")
-            ctx.prepared = _Bounds(_bound(dtype, lo), _bound(dtype, hi), False, False)
+            ctx.prepared = _Bounds(clip_bound(dtype, lo), clip_bound(dtype, hi), False, False)
             return
         bounds = []
         for i in (1, 2):
@@ -136,7 +136,7 @@ class Clip(OpKernel):
                     "invalid_input",
                 )
             value = ctx.known_value(i)
-            bounds.append((None, True) if value is None else (_bound(dtype, value), False))
+            bounds.append((None, True) if value is None else (clip_bound(dtype, value), False))
         (lo, lo_in), (hi, hi_in) = bounds
         ctx.prepared = _Bounds(lo, hi, lo_in, hi_in)
 
@@ -144,16 +144,17 @@ class Clip(OpKernel):
         b: _Bounds = ctx.prepared
         lo = inputs[1].reshape(()) if b.low_input else b.low
         hi = inputs[2].reshape(()) if b.high_input else b.high
-        _clip(inputs[0], lo, hi, outputs[0])
+        clip_into(inputs[0], lo, hi, outputs[0])
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         b: _Bounds = ctx.prepared
         if b.low_input or b.high_input:
             return functools.partial(self.run, ctx, inputs, outputs)
-        return functools.partial(_clip, inputs[0], b.low, b.high, outputs[0])
+        return functools.partial(clip_into, inputs[0], b.low, b.high, outputs[0])
 
 
-def _clip(x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None, out: np.ndarray) -> None:
+def clip_into(x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None, out: np.ndarray) -> None:
+    """out = Clip(x) between 0-d bounds (None: no bound); ``out`` may be x's storage."""
     if lo is None and hi is None:
         np.copyto(out, x)
     elif hi is None:
@@ -164,7 +165,7 @@ def _clip(x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None, out: np.n
         np.clip(x, lo, hi, out=out)
 
 
-def _bound(dtype: np.dtype, value: Any) -> np.ndarray | None:
+def clip_bound(dtype: np.dtype, value: Any) -> np.ndarray | None:
     """The bound as a read-only 0-d array of X's type (FLT_MAX becomes inf in float16)."""
     if value is None:
         return None

@@ -84,6 +84,7 @@ class _Plan:
     acc: int | None  # scratch: the result in the compute type (float16/bfloat16 Y; depthwise)
     wbuf: int | None  # scratch: a run-time W converted to the compute type
     split: _Split
+    epilogue: Any = None  # what a fused kernel applies to Y after the product (fused.py)
 
 
 class Conv(Programmed):

@@ -59,6 +59,7 @@ class _Prepared:
     nan_mask: int | None  # scratch index of the exact-mode NaN mask
     tmp: int | None  # scratch index of the exact product's temporary
     alpha: np.ndarray | None = None  # Gemm: alpha as a 0-d array (a scalar would allocate)
+    epilogue: Any = None  # what a fused kernel applies to Y after the product (fused.py)
 
 
 class MatMul(OpKernel):

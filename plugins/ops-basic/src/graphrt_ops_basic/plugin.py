@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from graphrt import hookimpl
 from graphrt.kernel import OpDef
+from graphrt.passes import GraphPass
 
 
 @hookimpl
@@ -11,3 +12,10 @@ def graphrt_operators() -> list[OpDef]:
     from .table import OPERATORS
 
     return list(OPERATORS)
+
+
+@hookimpl
+def graphrt_graph_passes() -> list[GraphPass]:
+    from .fusion import fusion_passes
+
+    return fusion_passes()

@@ -134,3 +134,20 @@ OPERATORS += [
     OpDef("ScatterElements", gather.ScatterElements, since=11),
     OpDef("NonZero", gather.NonZero, since=9),
 ]
+
+# -- graphrt's own operators, written by the fusion passes (fused.py, gelu.py; fusion/) -------
+from . import fused, gelu  # noqa: E402
+
+GRAPHRT = "com.graphrt"
+
+OPERATORS += [
+    # Gelu: ai.onnx from opset 20, and ours for models of older opsets (gelu.py)
+    OpDef("Gelu", gelu.Gelu, since=20),
+    OpDef("Gelu", gelu.Gelu, domain=GRAPHRT),
+    # products with their bias and activation applied in place (fused.py)
+    OpDef("FusedConv", fused.FusedConv, domain=GRAPHRT),
+    OpDef("FusedGemm", fused.FusedGemm, domain=GRAPHRT),
+    OpDef("FusedMatMul", fused.FusedMatMul, domain=GRAPHRT),
+    # LayerNormalization for models of opsets before 17 (norm.py)
+    OpDef("LayerNormalization", norm.LayerNormalization, domain=GRAPHRT),
+]

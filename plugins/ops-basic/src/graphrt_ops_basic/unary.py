@@ -147,61 +147,92 @@ class Sigmoid(Unary):
         ctx.prepared = (ctx.add_scratch(dtype, shape), ctx.add_scratch(dtype, shape))
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        x, out = inputs[0], outputs[0]
-        e, num = (ctx.scratch[i] for i in ctx.prepared)
-        np.sign(x, out=num)  # into a scratch array: numpy's sign is slow in place
-        np.absolute(x, out=e)  # the last read of x (out may be its storage)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        np.maximum(e, num, out=num)  # 1 where x > 0, e elsewhere; NaN stays NaN
-        np.add(e, constant(x.dtype, 1), out=e)
-        np.divide(num, e, out=out)
+        sigmoid_into(inputs[0], outputs[0], *(ctx.scratch[i] for i in ctx.prepared))
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         return functools.partial(self.run, ctx, inputs, outputs)
 
 
+def sigmoid_into(x: np.ndarray, out: np.ndarray, e: np.ndarray, num: np.ndarray) -> None:
+    """out = sigmoid(x) (see :class:`Sigmoid`); ``e`` and ``num`` are scratch of x's shape and
+    type, ``out`` may be x's storage."""
+    np.sign(x, out=num)  # into a scratch array: numpy's sign is slow in place
+    np.absolute(x, out=e)  # the last read of x (out may be its storage)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    np.maximum(e, num, out=num)  # 1 where x > 0, e elsewhere; NaN stays NaN
+    np.add(e, constant(x.dtype, 1), out=e)
+    np.divide(num, e, out=out)
+
+
 @dataclasses.dataclass(frozen=True)
-class _ErfPlan:
+class ErfPlan:
+    """Scratch of :func:`erf_into` for a flat tensor of ``n`` elements, cut in blocks of
+    ``BLOCK`` elements (independent outputs, spread over the intra-op threads); the block count
+    depends on the size only."""
+
+    BLOCK: ClassVar[int] = 1 << 16
+
     work: tuple[int, ...]  # scratch indices: WORK_ARRAYS flat arrays of the compute type
     mask: int  # a flat bool array
     top: int  # one compute-type element per block
     blocks: int
 
+    @classmethod
+    def ask(cls, ctx: InferContext, n: int, dtype: np.dtype) -> ErfPlan:
+        work_type = compute_dtype(dtype)
+        work = tuple(ctx.add_scratch(work_type, (n,)) for _ in range(WORK_ARRAYS))
+        blocks = block_count(n)
+        mask = ctx.add_scratch(np.bool_, (n,))
+        return cls(work, mask, ctx.add_scratch(work_type, (blocks,)), blocks)
+
+    @staticmethod
+    def block(i: int) -> slice:
+        return slice(i * ErfPlan.BLOCK, (i + 1) * ErfPlan.BLOCK)
+
+    def arrays(self, ctx: KernelContext, i: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """Block i's work arrays, mask and top element: the last arguments of erf_into."""
+        s = self.block(i)
+        top = ctx.scratch[self.top][i : i + 1].reshape(())
+        return [ctx.scratch[k][s] for k in self.work], ctx.scratch[self.mask][s], top
+
+    def each(self, ctx: KernelContext, fn: Callable[[int], None]) -> None:
+        for_blocks(ctx, self.blocks, fn)
+
+
+def block_count(n: int) -> int:
+    """Blocks of ErfPlan.BLOCK elements covering n (at least one)."""
+    return max(1, -(-n // ErfPlan.BLOCK))
+
+
+def for_blocks(ctx: KernelContext, blocks: int, fn: Callable[[int], None]) -> None:
+    """fn(i) for every block, over the intra-op threads when there are several."""
+    if blocks == 1:
+        fn(0)
+    else:
+        ctx.parallel_for(blocks, fn)
+
 
 class Erf(Unary):
     """Our own erf (Cody's rational approximations, see ``_erf``); numpy has none.
 
-    float16 and bfloat16 are computed in float32.  Large tensors are cut in blocks of ``BLOCK``
-    elements, independent outputs, spread over the intra-op threads.
+    float16 and bfloat16 are computed in float32.  Large tensors are cut in blocks
+    (:class:`ErfPlan`) spread over the intra-op threads.
     """
-
-    BLOCK = 1 << 16
 
     def infer(self, ctx: InferContext) -> None:
         super().infer(ctx)
-        n = math.prod(ctx.shape(0))
-        work_type = compute_dtype(ctx.dtype(0))
-        work = tuple(ctx.add_scratch(work_type, (n,)) for _ in range(WORK_ARRAYS))
-        blocks = max(1, -(-n // self.BLOCK))
-        mask = ctx.add_scratch(np.bool_, (n,))
-        ctx.prepared = _ErfPlan(work, mask, ctx.add_scratch(work_type, (blocks,)), blocks)
+        ctx.prepared = ErfPlan.ask(ctx, math.prod(ctx.shape(0)), ctx.dtype(0))
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        plan: _ErfPlan = ctx.prepared
+        plan: ErfPlan = ctx.prepared
         x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
-        work = [ctx.scratch[i] for i in plan.work]
-        mask, top = ctx.scratch[plan.mask], ctx.scratch[plan.top]
-        if plan.blocks == 1:
-            erf_into(x, out, work, mask, top[0:1].reshape(()))
-            return
-        size = self.BLOCK
 
         def block(i: int) -> None:
-            s = slice(i * size, (i + 1) * size)
-            erf_into(x[s], out[s], [w[s] for w in work], mask[s], top[i : i + 1].reshape(()))
+            s = plan.block(i)
+            erf_into(x[s], out[s], *plan.arrays(ctx, i))
 
-        ctx.parallel_for(plan.blocks, block)
+        plan.each(ctx, block)
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         return functools.partial(self.run, ctx, inputs, outputs)

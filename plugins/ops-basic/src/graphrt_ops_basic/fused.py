@@ -1,0 +1,213 @@
+"""Fused products (``com.graphrt``): FusedConv, FusedGemm, FusedMatMul.
+
+Each is its product's kernel (a subclass of :class:`.conv.Conv`, :class:`.matmul.Gemm` or
+:class:`.matmul.MatMul`: the same ``infer`` and the same numpy calls) followed by an epilogue
+applied in place on the output: FusedMatMul's bias (input 2, broadcast over the output), then
+the activation named by the ``activation`` attribute:
+
+* ``Relu``; ``Clip`` with ``activation_params = [min, max]`` (an infinite bound is no bound);
+  ``Sigmoid``; ``Gelu`` (``approximate`` "none" or "tanh", as ai.onnx Gelu);
+* absent or empty: none (FusedMatMul with a bias only).
+
+The epilogue is the very calls the unfused nodes make (the same ufuncs, the same operands, in
+the same order), so a fused node computes the same bits as the graph it replaces: what it saves
+is the intermediate tensors and one pass over memory per fused node.  In exact mode a FusedGemm
+or FusedMatMul follows the exact product and Relu (NaN rewritten once, at the end); the other
+activations are not exact, nor is Conv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+
+from ._geometry import call_all
+from ._util import is_float, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
+from .activation import clip_bound, clip_into
+from .conv import Conv
+from .gelu import GeluPlan, gelu_call, gelu_plan, parse_approximate
+from .matmul import Gemm, MatMul
+from .unary import sigmoid_into
+
+ACTIVATIONS = ("", "Relu", "Clip", "Sigmoid", "Gelu")
+#: Activations whose fused form is exact (docs/exact-mode.md): none, and Relu.
+EXACT_ACTIVATIONS = ("", "Relu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Activation:
+    """What a fused node's attributes say to apply after the product."""
+
+    kind: str
+    low: float | None = None  # Clip
+    high: float | None = None
+    tanh: bool = False  # Gelu's approximate="tanh"
+
+    @classmethod
+    def parse(cls, kernel: OpKernel) -> Activation:
+        node = kernel.node
+        kind = node.attr("activation", "") or ""
+        if kind not in ACTIVATIONS:
+            raise kernel.fail(f"activation must be one of {list(ACTIVATIONS[1:])}, got {kind!r}")
+        params = [float(p) for p in node.attr("activation_params", []) or []]
+        if kind == "Clip":
+            if len(params) != 2:
+                raise kernel.fail(f"Clip needs activation_params [min, max], got {params}")
+            low, high = (None if math.isinf(p) else p for p in params)
+            return cls(kind, low, high)
+        if params:
+            raise kernel.fail(f"{kind or 'no activation'} takes no activation_params")
+        tanh = kind == "Gelu" and parse_approximate(kernel, node.attr("approximate", "none"))
+        return cls(kind, tanh=tanh)
+
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """Per-plan data of the epilogue: bounds in Y's type, scratch indices."""
+
+    act: Activation
+    bias: bool
+    low: np.ndarray | None
+    high: np.ndarray | None
+    sigmoid: tuple[int, int] | None
+    gelu: GeluPlan | None
+    nan_mask: int | None
+
+
+def plan_epilogue(kernel: OpKernel, ctx: InferContext, act: Activation, bias: bool) -> Epilogue:
+    """Called at the end of ``infer`` (Y's type and shape are set; ``ctx.prepared`` is kept)."""
+    dtype, shape = ctx.output_types()[0]
+    if ctx.exact and act.kind not in EXACT_ACTIVATIONS:
+        raise kernel.fail(
+            f"exact mode is not available for the fused {act.kind}", "exact_mode_unavailable"
+        )
+    if act.kind and not is_float(dtype):
+        raise kernel.fail(f"{act.kind} needs a float output, got {dtype}", "invalid_input")
+    kept = ctx.prepared
+    nan_mask = ctx.prepared if needs_nan_rewrite(ctx, dtype, shape) else None
+    ctx.prepared = kept
+    sigmoid = None
+    if act.kind == "Sigmoid":
+        sigmoid = (ctx.add_scratch(dtype, shape), ctx.add_scratch(dtype, shape))
+    gelu = gelu_plan(ctx, shape, dtype, act.tanh) if act.kind == "Gelu" else None
+    low = clip_bound(dtype, act.low) if act.kind == "Clip" else None
+    high = clip_bound(dtype, act.high) if act.kind == "Clip" else None
+    return Epilogue(act, bias, low, high, sigmoid, gelu, nan_mask)
+
+
+def epilogue_calls(
+    ctx: KernelContext, e: Epilogue, y: np.ndarray, bias: np.ndarray | None = None
+) -> list[Callable[[], Any]]:
+    """The epilogue's numpy calls on Y, in place."""
+    calls: list[Callable[[], Any]] = []
+    if e.bias:
+        calls.append(functools.partial(np.add, y, bias, out=y))
+    kind = e.act.kind
+    if kind == "Relu":
+        if ctx.exact:  # unary.Relu in exact mode: max, then + 0 turns -0 into +0
+            zero = zero_of(y.dtype)
+            calls.append(functools.partial(np.maximum, y, zero, out=y))
+            calls.append(functools.partial(np.add, y, zero, out=y))
+        else:  # unary.Relu.bind
+            zeros = zeros_like_shape(y.dtype, y.shape)
+            calls.append(functools.partial(np.maximum, y, zeros, out=y))
+    elif kind == "Clip":
+        calls.append(functools.partial(clip_into, y, e.low, e.high, y))
+    elif kind == "Sigmoid":
+        e_buf, num = (ctx.scratch[i] for i in e.sigmoid)
+        calls.append(functools.partial(sigmoid_into, y, y, e_buf, num))
+    elif kind == "Gelu":
+        calls.append(gelu_call(ctx, e.gelu, y, y))
+    if ctx.exact and e.nan_mask is not None:
+        calls.append(functools.partial(rewrite_nan, y, ctx.scratch[e.nan_mask]))
+    return calls
+
+
+class FusedConv(Conv):
+    """Conv (X, W, B) then the activation, in place on Y."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.act = Activation.parse(self)
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        epilogue = plan_epilogue(self, ctx, self.act, bias=False)
+        ctx.prepared = dataclasses.replace(ctx.prepared, epilogue=epilogue)
+
+    def program(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        product = super().program(ctx, inputs, outputs)
+        tail = epilogue_calls(ctx, ctx.prepared.epilogue, outputs[0])
+        return functools.partial(call_all, [product, *tail])
+
+
+class _FusedProduct:
+    """The shared ``run``/``bind`` of FusedGemm and FusedMatMul: the product's own ``run``,
+    then the epilogue (``ctx.prepared.epilogue``)."""
+
+    def _fused_calls(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> list[Callable[[], Any]]:
+        e: Epilogue = ctx.prepared.epilogue
+        bias = inputs[2] if e.bias else None
+        product = functools.partial(super().run, ctx, inputs, outputs)  # type: ignore[misc]
+        return [product, *epilogue_calls(ctx, e, outputs[0], bias)]
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        call_all(self._fused_calls(ctx, inputs, outputs))
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        return functools.partial(call_all, self._fused_calls(ctx, inputs, outputs))
+
+
+class FusedGemm(_FusedProduct, Gemm):
+    """Gemm (A, B, C; alpha, beta, transA, transB, with opset 13's broadcasting C) then the
+    activation, in place on Y."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        # Gemm reads ``node.opset`` for the legacy broadcast attribute; a fused Gemm always
+        # broadcasts C the way Gemm does from opset 7 on, whatever its domain's version.
+        super().__init__(dataclasses.replace(node, opset=max(node.opset, 13)))
+        self.act = Activation.parse(self)
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        epilogue = plan_epilogue(self, ctx, self.act, bias=False)
+        ctx.prepared = dataclasses.replace(ctx.prepared, epilogue=epilogue)
+
+
+class FusedMatMul(_FusedProduct, MatMul):
+    """MatMul (A, B), plus an optional bias (input 2) that broadcasts to the product without
+    changing its shape, then the activation, in place on Y."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        self.act = Activation.parse(self)
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        bias = ctx.has_input(2)
+        if bias:
+            dtype, shape = ctx.output_types()[0]
+            if ctx.dtype(2) != dtype:
+                raise self.fail(f"bias must be {dtype}, got {ctx.dtype(2)}")
+            try:
+                fits = np.broadcast_shapes(shape, ctx.shape(2)) == shape
+            except ValueError:
+                fits = False
+            if not fits:
+                raise self.fail(
+                    f"bias of shape {list(ctx.shape(2))} does not broadcast to {list(shape)}",
+                    "invalid_input",
+                )
+        epilogue = plan_epilogue(self, ctx, self.act, bias=bias)
+        ctx.prepared = dataclasses.replace(ctx.prepared, epilogue=epilogue)

@@ -1,0 +1,19 @@
+"""The fusion passes of graphrt-ops-basic, registered through its ``graphrt_graph_passes`` hook
+exactly as a third party's passes would be (docs/graph-passes.md).
+
+They live here rather than in the core because what they write are this plugin's operators
+(``com.graphrt.FusedConv``, ``Gelu``...): a session without ops-basic has neither the
+operators nor the passes.
+"""
+
+from __future__ import annotations
+
+from graphrt.passes import GraphPass
+
+
+def fusion_passes() -> list[GraphPass]:
+    from .gelu import FuseGelu
+    from .layernorm import FuseLayerNorm
+    from .products import FuseProductActivation
+
+    return [FuseLayerNorm(), FuseGelu(), FuseProductActivation()]
