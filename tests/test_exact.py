@@ -74,13 +74,15 @@ def test_nan_results_are_canonical_in_exact_mode():
 
 
 def test_operator_without_exact_support_fails_at_creation_naming_it():
+    # Conv is exact now (conv_exact.py): the refusal is shown with LogSoftmax (needs a log)
+    model = small_cnn()
+    model.graph.node[-1].op_type = "LogSoftmax"
     with pytest.raises(graphrt.SessionError) as info:
-        graphrt.Session(small_cnn(), mode="exact")
+        graphrt.Session(model, mode="exact")
     err = info.value
     assert err.kind == "exact_mode_unavailable"
-    assert "Conv (opset 17)" in err.operators
-    assert "Relu (opset 17)" not in err.operators
-    assert "Conv (opset 17)" in str(err)
+    assert err.operators == ["LogSoftmax (opset 17)"]
+    assert "LogSoftmax (opset 17)" in str(err)
 
 
 def test_exact_gemm_epilogue_is_separate_multiply_and_add():

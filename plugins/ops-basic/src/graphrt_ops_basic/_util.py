@@ -31,6 +31,18 @@ def rewrite_nan(out: np.ndarray, mask: np.ndarray) -> None:
     np.copyto(out, _CANONICAL_NAN[out.dtype], where=mask)
 
 
+def canonical_sum(t: np.ndarray, axis: int, acc: np.ndarray) -> None:
+    """acc = sum of ``t`` along ``axis`` in ascending index order, ``acc`` keeping the axis at 1:
+    acc = t[0]; acc = acc + t[1]; ... (docs/exact-mode.md); an empty axis gives +0."""
+    lead = (slice(None),) * axis
+    if t.shape[axis] == 0:
+        acc.fill(0)
+        return
+    np.copyto(acc, t[(*lead, slice(0, 1))])
+    for k in range(1, t.shape[axis]):
+        np.add(acc, t[(*lead, slice(k, k + 1))], out=acc)
+
+
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise ValueError(f"{what} {axis} is out of range for rank {rank}")

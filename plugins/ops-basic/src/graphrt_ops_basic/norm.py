@@ -7,6 +7,11 @@ and LayerNormalization are row reductions over a (rows, elements) view: a pairwi
 mean and a dot product of the centred rows with themselves for the variance, so no temporary
 larger than a row of statistics is needed beyond the output itself.  float16 and bfloat16
 compute in float32.
+
+Exact mode covers BatchNormalization in inference: a and b are always folded in float64 as
+above (at plan time for constants, else every run in float64 scratch: the same operations),
+rounded once to the compute type, then y = x * a and y = y + b, two rounded operations; NaN
+results are canonical.  Training statistics (mean/var reductions) are not exact.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 from graphrt.kernel import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, call_all
-from ._util import constant, is_float, normalize_axis
+from ._util import _CANONICAL_NAN, constant, is_float, normalize_axis, rewrite_nan
 
 
 def _compute_type(dtype: np.dtype) -> np.dtype:
@@ -54,6 +59,8 @@ class _BatchPlan:
     a: np.ndarray | int  # folded multiplier (constant parameters) or its scratch index
     b: np.ndarray | int
     compute: np.dtype
+    wide: tuple[int, int] | None = None  # exact mode, run-time parameters: float64 a and b
+    nan: int | None = None  # exact mode: scratch mask (X's shape) of the canonical-NaN rewrite
 
 
 class BatchNormalization(_Programmed):
@@ -64,7 +71,10 @@ class BatchNormalization(_Programmed):
     and variance (momentum-weighted with the batch's), then before opset 14 the batch mean and
     1 / sqrt(batch variance + eps) as saved statistics, as onnxruntime computes them.  The
     training path allocates its per-channel statistics: it is not a steady-state path.
+    Inference is exact (module docstring); training fails in exact mode.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -95,6 +105,10 @@ class BatchNormalization(_Programmed):
                 )
         ctx.set_output(0, dtype, x)
         ct = _compute_type(dtype)
+        if self.training and ctx.exact:
+            raise self.fail(
+                "training statistics are not available in exact mode", "exact_mode_unavailable"
+            )
         if self.training:
             for i in range(1, ctx.num_outputs):
                 ctx.set_output(i, ctx.dtype(3 if i in (1, 3) else 4), ctx.shape(3))
@@ -110,6 +124,12 @@ class BatchNormalization(_Programmed):
             ctx.prepared = _BatchPlan(
                 shape, ctx.add_scratch(ct, shape), ctx.add_scratch(ct, shape), ct
             )
+        if ctx.exact:
+            wide = None
+            if isinstance(ctx.prepared.a, int):
+                wide = (ctx.add_scratch(np.float64, shape), ctx.add_scratch(np.float64, shape))
+            nan = ctx.add_scratch(np.bool_, x) if dtype in _CANONICAL_NAN else None
+            ctx.prepared = dataclasses.replace(ctx.prepared, wide=wide, nan=nan)
 
     def calls(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -124,6 +144,18 @@ class BatchNormalization(_Programmed):
             a, b = ctx.scratch[a], ctx.scratch[b]
             scale, bias, mean, var = (v.reshape(p.shape) for v in inputs[1:5])
             eps = constant(p.compute, self.eps)
+        if p.wide is not None:  # exact mode: _fold's float64 operations, rounded once
+            a64, b64 = (ctx.scratch[i] for i in p.wide)
+            calls += [
+                functools.partial(np.add, var, constant(np.float64, self.eps), out=a64),
+                functools.partial(np.sqrt, a64, out=a64),
+                functools.partial(np.divide, scale, a64, out=a64),
+                functools.partial(np.multiply, mean, a64, out=b64),
+                functools.partial(np.subtract, bias, b64, out=b64),
+                functools.partial(np.copyto, a, a64, "unsafe"),
+                functools.partial(np.copyto, b, b64, "unsafe"),
+            ]
+        elif isinstance(p.a, int):
             calls += [
                 functools.partial(np.add, var, eps, out=a, casting="unsafe"),
                 functools.partial(np.sqrt, a, out=a),
@@ -133,6 +165,8 @@ class BatchNormalization(_Programmed):
             ]
         calls.append(functools.partial(np.multiply, x, a, out=y, casting="unsafe"))
         calls.append(functools.partial(np.add, y, b, out=y, casting="unsafe"))
+        if p.nan is not None:
+            calls.append(functools.partial(rewrite_nan, y, ctx.scratch[p.nan]))
         return calls
 
     def _train(self, p: _BatchPlan, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
