@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphrt
+from graphrt_ops_basic import conv_exact
 from tests._models import init, make_model, mlp, small_cnn, tensor
 
 
@@ -200,8 +201,11 @@ CONV_CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize("unit", [None, 8])
 @pytest.mark.parametrize(("xs", "ws", "attrs", "bias", "const"), CONV_CASES)
-def test_exact_conv_follows_the_documented_order(xs, ws, attrs, bias, const):
+def test_exact_conv_follows_the_documented_order(xs, ws, attrs, bias, const, unit, monkeypatch):
+    if unit is not None:  # images cut into runs of output rows, as large images are
+        monkeypatch.setattr(conv_exact, "UNIT_ELEMENTS", unit)
     rng = np.random.default_rng(len(xs) + ws[0])
     x = (rng.standard_normal(xs) * 100).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)

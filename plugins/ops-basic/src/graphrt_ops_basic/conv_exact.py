@@ -11,7 +11,8 @@ results are rewritten to the canonical quiet NaN.
 
 The numpy path runs one multiply into a temporary and one add into the accumulator per
 reduction index, each over every output element of an image at once (vectorised across
-outputs, never across the reduction); images are the units spread over the intra-op threads.
+outputs, never across the reduction); images, cut into runs of output rows when large
+(``UNIT_ELEMENTS``), are the units spread over the intra-op threads.
 float16 and bfloat16 compute in float32 (X staged into float32) and round once at the end.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext
 
-from ._geometry import Staging, Window, call_all, call_one, staging
+from ._geometry import Staging, Window, call_all, staging
 from ._util import _CANONICAL_NAN, rewrite_nan
 
 
@@ -43,6 +44,24 @@ class ExactConvPlan:
     acc: int | None  # scratch: Y in the compute type when Y's type differs
     tmp: int  # scratch: one reduction index's products, Y's shape in the compute type
     nan_mask: int | None  # scratch: the canonical-NaN rewrite's mask
+
+
+#: Output elements from which an image is cut into several units (runs of output rows) for the
+#: intra-op threads; smaller units cost more in numpy call overhead than cache and threads save.
+UNIT_ELEMENTS = 1 << 18
+
+
+def _units(n: int, m: int, out: Sequence[int]) -> list[tuple[slice, ...]]:
+    """Index tuples into (N, group, M/group, *out): one image and a run of rows of the first
+    output axis each.  The split depends on the shapes only."""
+    row = m * math.prod(out[1:])
+    rows = max(1, -(-UNIT_ELEMENTS // max(row, 1)))
+    every = (slice(None), slice(None))
+    return [
+        (slice(i, i + 1), *every, slice(lo, min(lo + rows, out[0])))
+        for i in range(n)
+        for lo in range(0, out[0], rows)
+    ]
 
 
 def prepare(ctx: InferContext, w: Window, group: int, compute: np.dtype) -> ExactConvPlan:
@@ -97,20 +116,21 @@ def program(
         for t in range(kprod)
     ]
     acc5, tmp5 = acc.reshape(n, g, mg, *p.w.out), tmp.reshape(n, g, mg, *p.w.out)
+    units = _units(n, m, p.w.out)
 
-    def image(i: int) -> None:
-        a, b = acc5[i : i + 1], tmp5[i : i + 1]
+    def unit(j: int) -> None:
+        at = units[j]  # (image, rows of the first output axis)
+        a, b = acc5[at], tmp5[at]
         if not terms:  # no input channels: an empty sum
             a.fill(0)
             return
         (x0, w0), rest = terms[0], terms[1:]
-        np.multiply(x0[i : i + 1], w0, out=a)
+        np.multiply(x0[at], w0, out=a)
         for xv, wv in rest:
-            np.multiply(xv[i : i + 1], wv, out=b)
+            np.multiply(xv[at], wv, out=b)
             np.add(a, b, out=a)
 
-    units = [functools.partial(image, i) for i in range(n)]
-    calls.append(functools.partial(ctx.parallel_for, n, functools.partial(call_one, units)))
+    calls.append(functools.partial(ctx.parallel_for, len(units), unit))
     if bias is not None:
         b = bias.reshape(1, m, *spread)
         calls.append(functools.partial(np.add, acc, b, out=y, casting="unsafe"))
