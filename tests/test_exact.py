@@ -343,3 +343,45 @@ def test_batchnorm_training_is_refused_in_exact_mode():
     with pytest.raises(graphrt.SessionError) as info:
         graphrt.Session(model, mode="exact").run(None, {"x": np.ones((2, c, 2, 2), np.float32)})
     assert info.value.kind == "exact_mode_unavailable"
+
+
+def test_residual_block_with_sum_and_mean_is_exact():
+    """Conv -> BatchNorm -> Relu -> Conv, a skip connection through Sum, Mean of three: the
+    shape of a ResNet block; Sum and Mean fold their inputs in order."""
+    rng = np.random.default_rng(21)
+    c = 4
+    f32 = np.float32
+    inits = [
+        init("w1", (rng.standard_normal((c, c, 3, 3)) * 0.3).astype(f32)),
+        init("w2", (rng.standard_normal((c, c, 3, 3)) * 0.3).astype(f32)),
+        init("s", (rng.random(c) + 0.5).astype(f32)),
+        init("bb", rng.standard_normal(c).astype(f32)),
+        init("mean", rng.standard_normal(c).astype(f32)),
+        init("var", (rng.random(c) + 0.5).astype(f32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s", "bb", "mean", "var"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sum", ["c2", "x", "r1"], ["s1"]),
+        helper.make_node("Mean", ["s1", "x", "c2"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=["N", c, 8, 8])], [tensor("y")], inits)
+    x = rng.standard_normal((3, c, 8, 8)).astype(f32)
+    seen = set()
+    for threads in (1, 2, 4):
+        sess = graphrt.Session(model, mode="exact", intra_op_threads=threads)
+        seen.add(_bits(sess.run(None, {"x": x})[0]))
+        seen.add(_bits(sess.run(None, {"x": x})[0]))
+    assert len(seen) == 1
+    got = np.frombuffer(seen.pop(), f32).reshape(x.shape)
+    # the fold of Sum and Mean, from the exact intermediate values
+    probe = make_model(
+        nodes[:4], [tensor("x", shape=["N", c, 8, 8])], [tensor("c2"), tensor("r1")], inits
+    )
+    c2, r1 = graphrt.Session(probe, mode="exact").run(None, {"x": x})
+    s1 = (c2 + x) + r1
+    assert _bits(got) == _bits(((s1 + x) + c2) / f32(3))
+    ref = graphrt.Session(_as_double(model)).run(None, {"x": x.astype(np.float64)})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)

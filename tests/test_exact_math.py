@@ -310,6 +310,11 @@ def test_float16_computes_in_float32_and_rounds_once():
             want = exact(op.lower(), x.astype(F32).reshape(-1)).astype(np.float16)
         want = want.reshape(x.shape)
         assert got.tobytes() == want.tobytes(), op
+    # Softmax: the whole computation in float32, one rounding to float16 at the end
+    f16 = graphrt.Session(_model("Softmax", x.shape, TensorProto.FLOAT16, axis=1), mode="exact")
+    f32 = graphrt.Session(_model("Softmax", x.shape, axis=1), mode="exact")
+    want = f32.run(None, {"x": x.astype(F32)})[0].astype(np.float16)
+    assert f16.run(None, {"x": x})[0].tobytes() == want.tobytes()
 
 
 def test_float64_sessions_are_exact_too():
