@@ -22,13 +22,7 @@ from graphrt.kernel import InferContext, KernelContext, OpKernel
 
 from . import _exact_math as em
 from ._erf import WORK_ARRAYS, compute_dtype, erf_into
-from ._util import (
-    constant,
-    needs_nan_rewrite,
-    rewrite_nan,
-    zero_of,
-    zeros_like_shape,
-)
+from ._util import constant, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
 
 
 class Unary(OpKernel):
