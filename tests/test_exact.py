@@ -385,3 +385,47 @@ def test_residual_block_with_sum_and_mean_is_exact():
     assert _bits(got) == _bits(((s1 + x) + c2) / f32(3))
     ref = graphrt.Session(_as_double(model)).run(None, {"x": x.astype(np.float64)})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def _canonical_normalize_rows(x2, eps):
+    """Mean and variance per row summed in ascending order, each square rounded; then
+    (x - mean) * (1 / sqrt(var + eps)), one rounded operation at a time (float32)."""
+    f = np.float32
+    out = np.empty_like(x2)
+    for i, row in enumerate(x2):
+        acc = row[0]
+        for v in row[1:]:
+            acc = f(acc + v)
+        mean = f(acc / f(len(row)))
+        cen = [f(v - mean) for v in row]
+        sq = f(cen[0] * cen[0])
+        for v in cen[1:]:
+            sq = f(sq + f(v * v))
+        inv = f(f(1) / f(np.sqrt(f(f(sq / f(len(row))) + f(eps)))))
+        out[i] = [f(v * inv) for v in cen]
+    return out
+
+
+def test_exact_layer_and_instance_normalization_sum_rows_in_order():
+    rng = np.random.default_rng(30)
+    x = (rng.standard_normal((2, 3, 4, 5)) * 50 + 7).astype(np.float32)
+    scale = rng.standard_normal(20).astype(np.float32).reshape(4, 5)
+    bias = rng.standard_normal(20).astype(np.float32).reshape(4, 5)
+    ln = make_model(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=2, epsilon=1e-3)],
+        [tensor("x", shape=[2, 3, 4, 5])], [tensor("y")], [init("s", scale), init("b", bias)],
+    )  # fmt: skip
+    got = graphrt.Session(ln, mode="exact").run(None, {"x": x})[0]
+    norm = _canonical_normalize_rows(x.reshape(6, 20), 1e-3).reshape(2, 3, 4, 5)
+    assert _bits(got) == _bits((norm * scale) + bias)
+    cs, cb = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    inorm = make_model(
+        [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])],
+        [tensor("x", shape=[2, 3, 4, 5])], [tensor("y")], [init("s", cs), init("b", cb)],
+    )  # fmt: skip
+    sessions = [graphrt.Session(inorm, mode="exact", intra_op_threads=t) for t in (1, 2)]
+    got = [s.run(None, {"x": x})[0] for s in sessions]
+    assert _bits(got[0]) == _bits(got[1])
+    norm = _canonical_normalize_rows(x.reshape(6, 20), 1e-5).reshape(2, 3, 20)
+    want = norm * cs[:, None] + cb[:, None]
+    assert _bits(got[0]) == _bits(want.reshape(x.shape))

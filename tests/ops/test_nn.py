@@ -70,6 +70,8 @@ EXACT_NN = {
     "GlobalAveragePool",
     "GlobalMaxPool",
     "BatchNormalization",
+    "InstanceNormalization",
+    "LayerNormalization",
 }
 
 
@@ -83,7 +85,7 @@ def test_the_table_covers_every_opset_version_onnx_defines():
         for v in since:
             assert any(d.covers(v) for d in defs), f"{op} opset {v} has no kernel"
         # exact mode (docs/exact-mode.md): the convolution's canonical order, maxima, window
-        # sums tap by tap, BatchNormalization's fixed fold; not ConvTranspose, LpPool, ...
+        # sums tap by tap, fixed normalisation orders; not ConvTranspose, LpPool, LRN...
         assert all(d.flag("supports_exact") == (op in EXACT_NN) for d in defs), op
 
 
