@@ -6,9 +6,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import graphrt
-from tests._models import add_chain, light_model, mlp, small_cnn
+from tests._models import add_chain, light_model, make_model, mlp, small_cnn, tensor
 from tests._numpy_alloc import count_numpy_allocations
 
 
@@ -55,6 +56,29 @@ def test_static_steady_state_allocates_no_array_data(make, shape):
     for _ in range(3):  # warm the plan and the run-state pool
         sess.run(None, feed, out=out)
     assert sess.cached_plans[0].static
+    assert_no_numpy_allocation(lambda: sess.run(None, feed, out=out))
+
+
+def test_exact_mode_cnn_steady_state_allocates_no_array_data():
+    """Exact Conv, BatchNormalization, pools, Softmax and the canonical-NaN rewrites too."""
+    sess = graphrt.Session(small_cnn(channels=16), mode="exact", intra_op_threads=1)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    out = {sess.get_outputs()[0].name: np.empty((2, 10), np.float32)}
+    for _ in range(3):
+        sess.run(None, {"x": x}, out=out)
+    assert_no_numpy_allocation(lambda: sess.run(None, {"x": x}, out=out))
+
+
+@pytest.mark.parametrize("op", ["Exp", "Tanh", "Sigmoid", "Erf", "Softmax", "Relu"])
+def test_exact_mode_element_wise_steady_state_allocates_no_array_data(op):
+    model = make_model(
+        [helper.make_node(op, ["x"], ["y"])], [tensor("x", shape=[4, 300])], [tensor("y")]
+    )
+    sess = graphrt.Session(model, mode="exact", intra_op_threads=1)
+    feed = {"x": np.random.default_rng(1).standard_normal((4, 300)).astype(np.float32)}
+    out = {"y": np.empty((4, 300), np.float32)}
+    for _ in range(3):
+        sess.run(None, feed, out=out)
     assert_no_numpy_allocation(lambda: sess.run(None, feed, out=out))
 
 

@@ -153,6 +153,20 @@ def test_products_fuse_bias_and_activation_with_the_same_bits(op, act, with_bias
     assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("bias", ["conv", "add", "none"])
+def test_exact_conv_relu_fuses_with_the_bits_of_the_exact_nodes(bias):
+    """Exact Conv (conv_exact.py) under the bit-preserving pass: same bits as the plain nodes."""
+    add = rand_w(6, 1, 1) if bias == "add" else None
+    model = _conv_model("Relu", bias == "conv", add)
+    x = rand_x(2, 3, 9, 9)
+    x[0, 1, 4, 4] = np.array(0xFFC12345, np.uint32).view(np.float32)  # a NaN with a payload
+    fused, got, want = fused_and_plain(model, {"x": x}, mode="exact")
+    assert op_list(fused) == ["com.graphrt.FusedConv"]
+    assert got.tobytes() == want.tobytes()
+    assert (got[np.isnan(got)].view(np.uint32) == 0x7FC00000).all()
+    assert np.isnan(got).any() and not np.signbit(got[got == 0]).any()
+
+
 @pytest.mark.parametrize(("op", "with_bias"), [("MatMul", True), ("Gemm", True), ("Gemm", False)])
 def test_exact_mode_runs_the_bit_preserving_fusion_with_exact_bits(op, with_bias):
     x = rand_x(4, 7)

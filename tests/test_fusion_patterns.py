@@ -13,7 +13,6 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphrt
-from graphrt.errors import SessionError
 from graphrt_ops_basic.fusion import fusion_passes
 from tests._fusion import RNG, F, fused_and_plain, op_list, rand_w, rand_x
 from tests._models import init, make_model, tensor
@@ -30,10 +29,18 @@ def test_exact_mode_skips_the_passes_that_change_rounding():
     assert [p.name for p in fusion_passes() if p.selected("basic", exact=False)] == [
         "fuse_product_activation"
     ]
-    # Erf has no exact kernel: the error names it, so the Gelu pass did not run before the check
-    with pytest.raises(SessionError) as info:
-        graphrt.Session(_gelu_model("div", "x_first"), mode="exact", optimization_level="all")
-    assert info.value.kind == "exact_mode_unavailable" and "Erf" in str(info.value)
+    # In exact mode the GELU primitives stay as they are (Erf is exact), with the same bits as
+    # the unoptimised graph; in fast mode the same model fuses.
+    model = _gelu_model("div", "x_first")
+    exact = graphrt.Session(model, mode="exact", optimization_level="all")
+    assert "Gelu" not in [n.info.op_type for n in exact.graph.nodes]
+    assert "Erf" in [n.info.op_type for n in exact.graph.nodes]
+    plain = graphrt.Session(model, mode="exact", optimization_level="none")
+    x = np.linspace(-6, 6, 3 * 50, dtype=np.float32).reshape(3, 50)
+    feed = {exact.get_inputs()[0].name: x}
+    assert exact.run(None, feed)[0].tobytes() == plain.run(None, feed)[0].tobytes()
+    fast = graphrt.Session(model, optimization_level="all")
+    assert "Gelu" in [n.info.op_type for n in fast.graph.nodes]
 
 
 # -- GELU from primitives (level all, changes rounding) ---------------------------------------

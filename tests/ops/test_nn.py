@@ -63,6 +63,18 @@ def test_every_operator_has_a_kernel_and_node_cases():
     assert len(NODE_CASES) >= 95
 
 
+EXACT_NN = {
+    "Conv",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "LayerNormalization",
+}
+
+
 def test_the_table_covers_every_opset_version_onnx_defines():
     versions: dict[str, set[int]] = {}
     for schema in onnx.defs.get_all_schemas_with_history():
@@ -72,7 +84,9 @@ def test_the_table_covers_every_opset_version_onnx_defines():
         defs = [d for d in OPERATORS if d.op_type == op and d.domain == ""]
         for v in since:
             assert any(d.covers(v) for d in defs), f"{op} opset {v} has no kernel"
-        assert all(not d.flag("supports_exact") for d in defs), op
+        # exact mode (docs/exact-mode.md): the convolution's canonical order, maxima, window
+        # sums tap by tap, fixed normalisation orders; not ConvTranspose, LpPool, LRN...
+        assert all(d.flag("supports_exact") == (op in EXACT_NN) for d in defs), op
 
 
 @pytest.mark.parametrize(("model", "inputs", "outputs"), NODE_CASES)

@@ -19,6 +19,8 @@ interval.  Relative error: below 5e-16 in float64, a few ulp in float32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 THRESH = 0.46875
@@ -86,8 +88,13 @@ def erf_into(
     work: list[np.ndarray],
     mask: np.ndarray,
     top: np.ndarray,
+    exp: Callable[[np.ndarray], None] | None = None,
 ) -> None:
-    """out = erf(x).  ``out`` may be ``x``'s storage: it is written once, at the end."""
+    """out = erf(x).  ``out`` may be ``x``'s storage: it is written once, at the end.
+
+    ``exp(a)`` replaces ``a`` by exp(a) (numpy's when None; exact mode passes its own).
+    """
+    exp = exp or _np_exp
     if x.size == 0:
         return
     t, z, num, den, res = work
@@ -123,10 +130,10 @@ def erf_into(
         np.add(t, z, out=den)
         np.multiply(num, den, out=num)
         np.negative(num, out=num)
-        np.exp(num, out=num)
+        exp(num)
         np.multiply(z, z, out=z)
         np.negative(z, out=z)
-        np.exp(z, out=z)
+        exp(z)
         np.multiply(z, num, out=z)
         np.multiply(res, z, out=res)  # erfc(y)
         np.subtract(k.half, res, out=res)
@@ -145,6 +152,10 @@ def erf_into(
         np.divide(num, den, out=res)
     np.copysign(res, x, out=res)
     np.copyto(out, res, casting="unsafe")
+
+
+def _np_exp(a: np.ndarray) -> None:
+    np.exp(a, out=a)
 
 
 def _select(

@@ -17,6 +17,12 @@ _CANONICAL_NAN = {
 }
 
 
+#: The same as read-only 0-d arrays: copyto converts a scalar into a new array every call.
+_NAN_ARRAYS = {d: np.array(v) for d, v in _CANONICAL_NAN.items()}
+for _a in _NAN_ARRAYS.values():
+    _a.flags.writeable = False
+
+
 def needs_nan_rewrite(ctx: InferContext, dtype: np.dtype, shape: Sequence[int]) -> bool:
     """Exact mode rewrites NaN results to the canonical quiet NaN; ask for a mask scratch."""
     if ctx.exact and np.dtype(dtype) in _CANONICAL_NAN:
@@ -28,7 +34,19 @@ def needs_nan_rewrite(ctx: InferContext, dtype: np.dtype, shape: Sequence[int]) 
 def rewrite_nan(out: np.ndarray, mask: np.ndarray) -> None:
     """Replace every NaN in ``out`` by the canonical quiet NaN (exact mode's bit rule)."""
     np.isnan(out, out=mask)
-    np.copyto(out, _CANONICAL_NAN[out.dtype], where=mask)
+    np.copyto(out, _NAN_ARRAYS[out.dtype], where=mask)
+
+
+def canonical_sum(t: np.ndarray, axis: int, acc: np.ndarray) -> None:
+    """acc = sum of ``t`` along ``axis`` in ascending index order, ``acc`` keeping the axis at 1:
+    acc = t[0]; acc = acc + t[1]; ... (docs/exact-mode.md); an empty axis gives +0."""
+    lead = (slice(None),) * axis
+    if t.shape[axis] == 0:
+        acc.fill(0)
+        return
+    np.copyto(acc, t[(*lead, slice(0, 1))])
+    for k in range(1, t.shape[axis]):
+        np.add(acc, t[(*lead, slice(k, k + 1))], out=acc)
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
@@ -48,7 +66,10 @@ def same_types(kernel, ctx: InferContext, count: int) -> None:
 def zero_of(dtype: np.dtype) -> np.ndarray:
     """A 0-d zero of ``dtype``; ufuncs given a Python or numpy scalar allocate a 0-d array per
     call, so kernels keep these instead."""
-    return _ZEROS.setdefault(np.dtype(dtype), np.zeros((), dtype))
+    found = _ZEROS.get(dtype)  # (setdefault would build a new zero on every call)
+    if found is None:
+        found = _ZEROS.setdefault(np.dtype(dtype), np.zeros((), dtype))
+    return found
 
 
 _ZEROS: dict[np.dtype, np.ndarray] = {}

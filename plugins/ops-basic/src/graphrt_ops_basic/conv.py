@@ -30,6 +30,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, NodeInfo
 
+from . import conv_exact
 from ._geometry import (
     Programmed,
     Staging,
@@ -88,6 +89,10 @@ class _Plan:
 
 
 class Conv(Programmed):
+    """Exact mode: :mod:`.conv_exact` (the canonical order of docs/exact-mode.md)."""
+
+    supports_exact = True
+
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.attrs = window_attrs(self)
@@ -120,6 +125,9 @@ class Conv(Programmed):
             raise self.fail(f"X {list(x)} gives an empty output", "invalid_input")
         ctx.set_output(0, dtype, (n, m, *w.out))
         ct = compute_type(dtype)
+        if ctx.exact:
+            ctx.prepared = conv_exact.prepare(ctx, w, g, ct)
+            return
         st = staging(w, split=True, copy=ct != dtype)
         kprod, out_size = math.prod(kshape), math.prod(w.out)
         buf = ctx.add_scratch(ct, st.shape(n, c)) if st.copy else None
@@ -151,6 +159,8 @@ class Conv(Programmed):
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         """Every numpy call of one run, on views made once."""
+        if isinstance(ctx.prepared, conv_exact.ExactConvPlan):
+            return conv_exact.program(ctx, inputs, outputs)
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
         calls: list[Callable[[], Any]] = []

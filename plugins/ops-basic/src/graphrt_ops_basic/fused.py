@@ -13,7 +13,7 @@ The epilogue is the very calls the unfused nodes make (the same ufuncs, the same
 the same order), so a fused node computes the same bits as the graph it replaces: what it saves
 is the intermediate tensors and one pass over memory per fused node.  In exact mode a FusedGemm
 or FusedMatMul follows the exact product and Relu (NaN rewritten once, at the end); the other
-activations are not exact, nor is Conv.
+activations are not exact; a FusedConv follows the exact Conv (conv_exact.py) the same way.
 """
 
 from __future__ import annotations

@@ -7,6 +7,16 @@ and LayerNormalization are row reductions over a (rows, elements) view: a pairwi
 mean and a dot product of the centred rows with themselves for the variance, so no temporary
 larger than a row of statistics is needed beyond the output itself.  float16 and bfloat16
 compute in float32.
+
+Exact mode covers BatchNormalization in inference: a and b are always folded in float64 as
+above (at plan time for constants, else every run in float64 scratch: the same operations),
+rounded once to the compute type, then y = x * a and y = y + b, two rounded operations; NaN
+results are canonical.  Training statistics (mean/var reductions) are not exact.
+
+Instance- and LayerNormalization in exact mode sum each row in ascending element order
+(``acc = t0; acc += t1; ...``, vectorised across rows) for the mean and for the variance (the
+squares of the centred row, each rounded), instead of the pairwise sum and the dot product;
+every other step is already one rounded operation per element (docs/exact-mode.md).
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ import numpy as np
 from graphrt.kernel import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, call_all
-from ._util import constant, is_float, normalize_axis
+from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, normalize_axis, rewrite_nan
 
 
 def _compute_type(dtype: np.dtype) -> np.dtype:
@@ -54,6 +64,8 @@ class _BatchPlan:
     a: np.ndarray | int  # folded multiplier (constant parameters) or its scratch index
     b: np.ndarray | int
     compute: np.dtype
+    wide: tuple[int, int] | None = None  # exact mode, run-time parameters: float64 a and b
+    nan: int | None = None  # exact mode: scratch mask (X's shape) of the canonical-NaN rewrite
 
 
 class BatchNormalization(_Programmed):
@@ -64,7 +76,10 @@ class BatchNormalization(_Programmed):
     and variance (momentum-weighted with the batch's), then before opset 14 the batch mean and
     1 / sqrt(batch variance + eps) as saved statistics, as onnxruntime computes them.  The
     training path allocates its per-channel statistics: it is not a steady-state path.
+    Inference is exact (module docstring); training fails in exact mode.
     """
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -95,6 +110,10 @@ class BatchNormalization(_Programmed):
                 )
         ctx.set_output(0, dtype, x)
         ct = _compute_type(dtype)
+        if self.training and ctx.exact:
+            raise self.fail(
+                "training statistics are not available in exact mode", "exact_mode_unavailable"
+            )
         if self.training:
             for i in range(1, ctx.num_outputs):
                 ctx.set_output(i, ctx.dtype(3 if i in (1, 3) else 4), ctx.shape(3))
@@ -110,6 +129,12 @@ class BatchNormalization(_Programmed):
             ctx.prepared = _BatchPlan(
                 shape, ctx.add_scratch(ct, shape), ctx.add_scratch(ct, shape), ct
             )
+        if ctx.exact:
+            wide = None
+            if isinstance(ctx.prepared.a, int):
+                wide = (ctx.add_scratch(np.float64, shape), ctx.add_scratch(np.float64, shape))
+            nan = ctx.add_scratch(np.bool_, x) if dtype in _CANONICAL_NAN else None
+            ctx.prepared = dataclasses.replace(ctx.prepared, wide=wide, nan=nan)
 
     def calls(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -124,6 +149,18 @@ class BatchNormalization(_Programmed):
             a, b = ctx.scratch[a], ctx.scratch[b]
             scale, bias, mean, var = (v.reshape(p.shape) for v in inputs[1:5])
             eps = constant(p.compute, self.eps)
+        if p.wide is not None:  # exact mode: _fold's float64 operations, rounded once
+            a64, b64 = (ctx.scratch[i] for i in p.wide)
+            calls += [
+                functools.partial(np.add, var, constant(np.float64, self.eps), out=a64),
+                functools.partial(np.sqrt, a64, out=a64),
+                functools.partial(np.divide, scale, a64, out=a64),
+                functools.partial(np.multiply, mean, a64, out=b64),
+                functools.partial(np.subtract, bias, b64, out=b64),
+                functools.partial(np.copyto, a, a64, "unsafe"),
+                functools.partial(np.copyto, b, b64, "unsafe"),
+            ]
+        elif isinstance(p.a, int):
             calls += [
                 functools.partial(np.add, var, eps, out=a, casting="unsafe"),
                 functools.partial(np.sqrt, a, out=a),
@@ -133,6 +170,8 @@ class BatchNormalization(_Programmed):
             ]
         calls.append(functools.partial(np.multiply, x, a, out=y, casting="unsafe"))
         calls.append(functools.partial(np.add, y, b, out=y, casting="unsafe"))
+        if p.nan is not None:
+            calls.append(functools.partial(rewrite_nan, y, ctx.scratch[p.nan]))
         return calls
 
     def _train(self, p: _BatchPlan, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
@@ -173,14 +212,41 @@ class _RowPlan:
     centred: int | None  # scratch (rows, size) in the compute type when Y's type differs
     count: np.ndarray  # 0-d: elements per row
     eps: np.ndarray  # 0-d
+    square: int | None = None  # exact mode: scratch (rows,) for one column's squares
+    nan: int | None = None  # exact mode: scratch mask (X's shape) of the canonical-NaN rewrite
+    nan_rows: int | None = None  # exact mode: the same for the (rows,) statistics outputs
 
 
 def _row_plan(ctx: InferContext, rows: int, size: int, ct: np.dtype, eps: float) -> _RowPlan:
     centred = ctx.add_scratch(ct, (rows, size)) if ct != ctx.dtype(0) else None
+    square = nan = nan_rows = None
+    if ctx.exact:
+        square = ctx.add_scratch(ct, (rows,))
+        nan_rows = ctx.add_scratch(np.bool_, (rows,))
+        if ctx.dtype(0) in _CANONICAL_NAN:
+            nan = ctx.add_scratch(np.bool_, ctx.shape(0))
     return _RowPlan(
         rows, size, ctx.add_scratch(ct, (rows,)), ctx.add_scratch(ct, (rows,)), centred,
-        constant(ct, size), constant(ct, eps),
+        constant(ct, size), constant(ct, eps), square, nan, nan_rows,
     )  # fmt: skip
+
+
+def _squares_in_order(cen: np.ndarray, acc: np.ndarray, square: np.ndarray) -> None:
+    """acc = sum over k of cen[:, k] * cen[:, k], each square rounded, k ascending."""
+    if cen.shape[1] == 0:
+        acc.fill(0)
+        return
+    np.multiply(cen[:, 0], cen[:, 0], out=acc)
+    for k in range(1, cen.shape[1]):
+        np.multiply(cen[:, k], cen[:, k], out=square)
+        np.add(acc, square, out=acc)
+
+
+def _exact_finish(ctx: KernelContext, p: _RowPlan, y: np.ndarray) -> list[Callable[[], Any]]:
+    """Exact mode: the canonical-NaN rewrite of Y."""
+    if p.nan is None:
+        return []
+    return [functools.partial(rewrite_nan, y, ctx.scratch[p.nan])]
 
 
 def _normalize_rows(
@@ -190,11 +256,17 @@ def _normalize_rows(
     x2 = x.reshape(p.rows, p.size)
     mean, inv = ctx.scratch[p.mean], ctx.scratch[p.inv]
     cen = y.reshape(p.rows, p.size) if p.centred is None else ctx.scratch[p.centred]
+    if p.square is None:
+        total = functools.partial(np.add.reduce, x2, axis=1, out=mean)
+        squares = functools.partial(np.vecdot, cen, cen, out=inv)
+    else:  # exact mode: ascending order, one rounded add at a time
+        total = functools.partial(canonical_sum, x2, 1, mean[:, None])
+        squares = functools.partial(_squares_in_order, cen, inv, ctx.scratch[p.square])
     calls = [
-        functools.partial(np.add.reduce, x2, axis=1, out=mean),
+        total,
         functools.partial(np.divide, mean, p.count, out=mean),
         functools.partial(np.subtract, x2, mean[:, None], out=cen, casting="unsafe"),
-        functools.partial(np.vecdot, cen, cen, out=inv),
+        squares,
         functools.partial(np.divide, inv, p.count, out=inv),
         functools.partial(np.add, inv, p.eps, out=inv),
         functools.partial(np.sqrt, inv, out=inv),
@@ -206,6 +278,8 @@ def _normalize_rows(
 
 class InstanceNormalization(_Programmed):
     """y = scale[c] * (x - mean) / sqrt(var + eps) + B[c], statistics per image and channel."""
+
+    supports_exact = True
 
     def infer(self, ctx: InferContext) -> None:
         x, dtype = ctx.shape(0), ctx.dtype(0)
@@ -231,12 +305,14 @@ class InstanceNormalization(_Programmed):
         cen3, y3 = cen.reshape(n, c, -1), y.reshape(n, c, -1)
         calls.append(functools.partial(np.multiply, cen3, scale[:, None], out=cen3))
         calls.append(functools.partial(np.add, cen3, bias[:, None], out=y3, casting="unsafe"))
-        return calls
+        return calls + _exact_finish(ctx, p, y)
 
 
 class LayerNormalization(_Programmed):
     """Normalises over the axes from ``axis`` on; Mean and InvStdDev are optional outputs in
     the stash type (float32 unless ``stash_type`` says otherwise)."""
+
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -278,10 +354,12 @@ class LayerNormalization(_Programmed):
             calls.append(functools.partial(np.add, cen_n, bias, out=y_n, casting="unsafe"))
         for out, k in zip(outputs[1:], (p.mean, p.inv)):
             if out is not None:
-                calls.append(
-                    functools.partial(np.copyto, out.reshape(p.rows), ctx.scratch[k], "unsafe")
-                )
-        return calls
+                stat = out.reshape(p.rows)
+                calls.append(functools.partial(np.copyto, stat, ctx.scratch[k], "unsafe"))
+                if p.nan_rows is not None and out.dtype in _CANONICAL_NAN:
+                    mask = ctx.scratch[p.nan_rows]
+                    calls.append(functools.partial(rewrite_nan, stat, mask))
+        return calls + _exact_finish(ctx, p, y)
 
 
 class LRN(_Programmed):

@@ -8,6 +8,12 @@ the pad value (-inf, or the type's minimum, for max; 0 for sums).  AveragePool d
 per-position count computed once per plan, so count_include_pad, ceil_mode and dilations cost
 nothing per run.  MaxPool's Indices output needs to know which tap won: that path compares tap
 by tap and records the winner's index.  float16 and bfloat16 sums accumulate in float32.
+
+Exact mode (docs/exact-mode.md): a maximum is exact in any order; MaxPool and GlobalMaxPool
+then add +0 (a zero maximum is +0 whatever the machine's max does with -0 and +0) and rewrite
+NaN to the canonical NaN.  AveragePool sums each window tap by tap in row-major order
+(``acc = t0; acc += t1; ...``, padding included as +0) before its one division, and
+GlobalAveragePool sums the positions in ascending order; LpPool needs a power: not exact.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 from graphrt.kernel import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, Staging, Window, call_all, resolve, staging, window_attrs
-from ._util import constant, is_float
+from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, rewrite_nan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +42,7 @@ class _Plan:
     acc: int | None  # scratch: the result in the compute type when Y's type differs
     divisor: np.ndarray | None = None  # AveragePool: elements averaged per output position
     indices: _Indices | None = None  # MaxPool with its Indices output
+    nan: int | None = None  # exact mode: scratch (bool, Y's shape) of the canonical-NaN rewrite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +95,8 @@ class _Pool(Programmed):
             keep = separable and w.kernel[a] > 1
             stages.append(ctx.add_scratch(ct, (*x[:2], *shape)) if keep else None)
         acc = ctx.add_scratch(ct, (*x[:2], *w.out)) if ct != dtype else None
-        return _Plan(w, st, ct, buf, tuple(stages), acc)
+        nan = _nan_scratch(ctx, dtype, (*x[:2], *w.out))
+        return _Plan(w, st, ct, buf, tuple(stages), acc, nan=nan)
 
     def program(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -102,7 +110,8 @@ class _Pool(Programmed):
         src = p.st.source(x, buf)
         final = y if p.acc is None else ctx.scratch[p.acc]
         calls += self.before(src)
-        calls += _separable(p, ctx, src, final, self.reduce)
+        exact_sum = ctx.exact and self.reduce is np.add
+        calls += (_tap_sum if exact_sum else _separable)(p, ctx, src, final, self.reduce)
         calls += self.after(p, final, y)
         return functools.partial(call_all, calls)
 
@@ -150,8 +159,30 @@ def _separable(
     return calls
 
 
+def _tap_sum(
+    p: _Plan, ctx: KernelContext, src: np.ndarray, final: np.ndarray, ufunc: Any
+) -> list[Callable[[], Any]]:
+    """Exact mode: final = tap 0 + tap 1 + ... in row-major tap order, one add at a time."""
+    views = [p.st.tap_view(p.w, src, t) for t in range(len(p.st.taps))]
+    calls = [functools.partial(np.copyto, final, views[0], "unsafe")]
+    return calls + [functools.partial(np.add, final, v, out=final) for v in views[1:]]
+
+
+def _nan_scratch(ctx: InferContext, dtype: np.dtype, shape: Sequence[int]) -> int | None:
+    """Exact mode: a mask for the canonical-NaN rewrite of a float Y."""
+    return ctx.add_scratch(np.bool_, shape) if ctx.exact and dtype in _CANONICAL_NAN else None
+
+
+def _exact_max_finish(y: np.ndarray, mask: np.ndarray | None) -> None:
+    """A zero maximum becomes +0 (-0 + +0 = +0, nothing else changes); canonical NaN."""
+    if mask is not None:
+        np.add(y, constant(y.dtype, 0), out=y)
+        rewrite_nan(y, mask)
+
+
 class MaxPool(_Pool):
     reduce = np.maximum
+    supports_exact = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -198,6 +229,16 @@ class MaxPool(_Pool):
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         p: _Plan = ctx.prepared
+        if p.nan is not None:
+            run = self._program(ctx, inputs, outputs)
+            finish = functools.partial(_exact_max_finish, outputs[0], ctx.scratch[p.nan])
+            return functools.partial(call_all, [run, finish])
+        return self._program(ctx, inputs, outputs)
+
+    def _program(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        p: _Plan = ctx.prepared
         if p.indices is None or len(outputs) < 2 or outputs[1] is None:
             return super().program(ctx, inputs, outputs)
         x, y, idx = inputs[0], outputs[0], outputs[1]
@@ -219,6 +260,8 @@ class MaxPool(_Pool):
 
 
 class AveragePool(_Pool):
+    supports_exact = True
+
     def infer(self, ctx: InferContext) -> None:
         plan = self._plan(ctx)
         include = self.node.attr("count_include_pad", 0)
@@ -301,23 +344,36 @@ class _GlobalPool(Programmed):
         ct = _compute_type(dtype, self.exact)
         work = ctx.add_scratch(ct, x) if self.transforms else None
         acc = ctx.add_scratch(ct, x[:2]) if ct != dtype else None
-        ctx.prepared = (work, acc, constant(ct, math.prod(x[2:])))
+        nan = _nan_scratch(ctx, dtype, x[:2])
+        ctx.prepared = (work, acc, constant(ct, math.prod(x[2:])), nan)
 
     def program(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
-        work, acc, count = ctx.prepared
+        work, acc, count, nan = ctx.prepared
         x, y = inputs[0], outputs[0]
         y = y.reshape(x.shape[:2])
         out = y if acc is None else ctx.scratch[acc]
         work = None if work is None else ctx.scratch[work]
-        return functools.partial(call_all, self.calls(x, out, y, work, count))
+        calls = self.calls(x, out, y, work, count, ctx.exact)
+        if nan is not None:
+            calls.append(functools.partial(self.exact_finish, y, ctx.scratch[nan]))
+        return functools.partial(call_all, calls)
 
     def calls(
-        self, x: np.ndarray, acc: np.ndarray, y: np.ndarray, work: Any, count: np.ndarray
+        self,
+        x: np.ndarray,
+        acc: np.ndarray,
+        y: np.ndarray,
+        work: Any,
+        count: np.ndarray,
+        exact: bool = False,
     ) -> list[Callable[[], Any]]:
         """Reduce X into ``acc`` (N, C) and finish into ``y`` (the same array or Y's type)."""
         raise NotImplementedError
+
+    def exact_finish(self, y: np.ndarray, mask: np.ndarray) -> None:
+        rewrite_nan(y, mask)
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -326,18 +382,28 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 
 class GlobalAveragePool(_GlobalPool):
-    def calls(self, x, acc, y, work, count) -> list[Callable[[], Any]]:
+    supports_exact = True
+
+    def calls(self, x, acc, y, work, count, exact=False) -> list[Callable[[], Any]]:
+        if exact:  # ascending positions, one add at a time
+            total = functools.partial(canonical_sum, _rows(x), 2, acc[..., None])
+        else:
+            total = functools.partial(np.add.reduce, _rows(x), axis=2, out=acc)
         return [
-            functools.partial(np.add.reduce, _rows(x), axis=2, out=acc),
+            total,
             functools.partial(np.divide, acc, count, out=y, casting="unsafe"),
         ]
 
 
 class GlobalMaxPool(_GlobalPool):
     exact = True
+    supports_exact = True
 
-    def calls(self, x, acc, y, work, count) -> list[Callable[[], Any]]:
+    def calls(self, x, acc, y, work, count, exact=False) -> list[Callable[[], Any]]:
         return [functools.partial(np.maximum.reduce, _rows(x), axis=2, out=y)]
+
+    def exact_finish(self, y: np.ndarray, mask: np.ndarray) -> None:
+        _exact_max_finish(y, mask)
 
 
 class GlobalLpPool(_GlobalPool):
@@ -349,7 +415,7 @@ class GlobalLpPool(_GlobalPool):
         if self.p <= 0:
             raise self.fail(f"p must be positive, got {self.p}")
 
-    def calls(self, x, acc, y, work, count) -> list[Callable[[], Any]]:
+    def calls(self, x, acc, y, work, count, exact=False) -> list[Callable[[], Any]]:
         return [
             functools.partial(np.copyto, work, x, "unsafe"),
             *_power_calls(work, self.p),

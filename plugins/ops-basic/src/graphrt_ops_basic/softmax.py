@@ -5,6 +5,11 @@ Before opset 13 the input is coerced to 2-D, ``[prod(shape[:axis]), prod(shape[a
 single ``axis`` (default -1).  Both are one reduction axis of a view, so one kernel serves all.
 The maximum is subtracted first, so exp never overflows; sums go into a scratch array of the
 reduced shape and nothing is allocated in a run.
+
+Exact mode (Softmax; Hardmax is exact by construction): the maximum (exact in any order), the
+subtraction, our exp (:mod:`._exact_math`), the sum along the axis in ascending index order
+(``acc = t0; acc += t1; ...``, vectorised across the other axes) and one division per element.
+float16 and bfloat16 compute in float32 and round once.  LogSoftmax needs a log: not exact.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
-from ._util import normalize_axis
+from . import _exact_math as em
+from ._erf import compute_dtype
+from ._util import _CANONICAL_NAN, canonical_sum, normalize_axis, rewrite_nan
+
+#: Elements per block of the exact exp (blocks spread over the intra-op threads).
+BLOCK = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +39,15 @@ class _Plan:
     full: int | None  # scratch index of a full-shape temporary (LogSoftmax)
     index: np.ndarray | None  # Hardmax: 0..n-1 along ``axis``, broadcastable
     empty: bool  # nothing to compute
+    exact: _ExactSoftmax | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExactSoftmax:
+    work: tuple[int, ...]  # an ExpWork's arrays, one element per element of the view
+    values: int | None  # scratch: the view in float32 (float16/bfloat16 X)
+    total: int  # scratch: the reduced shape in the compute type
+    blocks: int  # of the element-wise exp
 
 
 class _AlongAxis(OpKernel):
@@ -83,6 +102,56 @@ class _AlongAxis(OpKernel):
 class Softmax(_AlongAxis):
     """exp(x - max) / sum(exp(x - max))."""
 
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        if not ctx.exact:
+            return
+        p: _Plan = ctx.prepared
+        dtype, n = ctx.dtype(0), math.prod(p.shape)
+        ct = compute_dtype(dtype)
+        reduced = p.shape[: p.axis] + (1,) + p.shape[p.axis + 1 :]
+        ctx.prepared = dataclasses.replace(
+            p,
+            exact=_ExactSoftmax(
+                tuple(ctx.add_scratch(d, s) for d, s in em.work_specs(ct, n)),
+                ctx.add_scratch(ct, p.shape) if ct != dtype else None,
+                ctx.add_scratch(ct, reduced),
+                max(1, -(-n // BLOCK)),
+            ),
+        )
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        p: _Plan = ctx.prepared
+        if p.exact is None or p.empty:
+            super().run(ctx, inputs, outputs)
+            return
+        q = p.exact
+        x, out = inputs[0].reshape(p.shape), outputs[0].reshape(p.shape)
+        red = ctx.scratch[q.total]
+        work = em.make_work([ctx.scratch[i] for i in q.work])
+        y = out
+        if q.values is not None:
+            y = ctx.scratch[q.values]
+            np.copyto(y, x, casting="unsafe")
+            x = y
+        np.maximum.reduce(x, axis=p.axis, keepdims=True, out=red)
+        np.subtract(x, red, out=y)  # x is not read after this (y may be its storage)
+        flat = y.reshape(-1)
+
+        def block(i: int) -> None:
+            s = slice(i * BLOCK, (i + 1) * BLOCK)
+            em.exp_into(flat[s], flat[s], work[s])
+
+        ctx.parallel_for(q.blocks, block)
+        canonical_sum(y, p.axis, red)
+        np.divide(y, red, out=y)
+        if y is not out:
+            np.copyto(out, y, casting="unsafe")
+        if out.dtype in _CANONICAL_NAN:
+            rewrite_nan(out.reshape(-1), work.mask)
+
     def compute(
         self, x: np.ndarray, out: np.ndarray, p: _Plan, red: np.ndarray, full: np.ndarray | None
     ) -> None:
@@ -110,7 +179,11 @@ class LogSoftmax(_AlongAxis):
 
 
 class Hardmax(_AlongAxis):
-    """1 at the first maximum along the axis (a NaN counts as the maximum), 0 elsewhere."""
+    """1 at the first maximum along the axis (a NaN counts as the maximum), 0 elsewhere.
+
+    Comparisons only: exact by construction."""
+
+    supports_exact = True
 
     reduced_dtype = np.intp
     needs_index = True

@@ -3,8 +3,9 @@
 Each kernel writes ``out`` in place of its input when the planner allows it, so a chain of
 activations needs no new memory.  A recipe of several calls reads its input before it first
 writes ``out``; temporaries are scratch arrays asked for in ``infer`` and constants are 0-d
-arrays (:func:`constant`), so a run allocates nothing.  Only Relu is exact: numpy's
-transcendental functions differ between machines.
+arrays (:func:`constant`), so a run allocates nothing.  numpy's transcendental functions
+differ between machines, so exact mode computes Exp, Tanh, Sigmoid and Erf with our own
+algorithms (:mod:`._exact_math`, docs/exact-mode.md); Log and Softplus are not exact.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
+from . import _exact_math as em
 from ._erf import WORK_ARRAYS, compute_dtype, erf_into
 from ._util import constant, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
 
@@ -73,8 +75,85 @@ class Relu(Unary):
         return functools.partial(np.maximum, inputs[0], zeros, out=outputs[0])
 
 
-class Tanh(Unary):
+#: Elements per block of an exact element-wise function (blocks spread over the threads).
+EXACT_BLOCK = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactPlan:
+    """Scratch of an exact element-wise function over n flat elements, in blocks."""
+
+    work: tuple[int, ...]  # an ExpWork's arrays
+    extra: tuple[int, ...]  # more flat arrays of the compute type
+    cast: tuple[int, int] | None  # X and the result in float32 (float16/bfloat16 X)
+    n: int
+    blocks: int
+
+
+def plan_exact(ctx: InferContext, dtype: np.dtype, n: int, extra: int = 0) -> ExactPlan:
+    """Ask for the scratch of :func:`run_exact` (float16 and bfloat16 compute in float32)."""
+    ct = compute_dtype(dtype)
+    work = tuple(ctx.add_scratch(d, s) for d, s in em.work_specs(ct, n))
+    more = tuple(ctx.add_scratch(ct, (n,)) for _ in range(extra))
+    cast = None
+    if ct != dtype:
+        cast = (ctx.add_scratch(ct, (n,)), ctx.add_scratch(ct, (n,)))
+    return ExactPlan(work, more, cast, n, max(1, -(-n // EXACT_BLOCK)))
+
+
+def run_exact(
+    ctx: KernelContext,
+    p: ExactPlan,
+    fn: Callable[..., None],
+    x: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """out = fn(x) block by block: ``fn(x, out, ExpWork, *extra)`` on flat slices."""
+    x, out = x.reshape(-1), out.reshape(-1)
+    work = em.make_work([ctx.scratch[i] for i in p.work])
+    extra = [ctx.scratch[i] for i in p.extra]
+    if p.cast is not None:
+        xin, res = (ctx.scratch[i] for i in p.cast)
+        np.copyto(xin, x, casting="unsafe")
+        x, final, out = xin, out, res
+    size = EXACT_BLOCK
+
+    def block(i: int) -> None:
+        s = slice(i * size, (i + 1) * size)
+        fn(x[s], out[s], work[s], *(e[s] for e in extra))
+
+    ctx.parallel_for(p.blocks, block)
+    if p.cast is not None:
+        np.copyto(final, out, casting="unsafe")
+
+
+class _Exact(Unary):
+    """Fast mode: numpy's ufunc.  Exact mode: ``exact`` from :mod:`._exact_math`."""
+
+    supports_exact = True
+    exact: ClassVar[Callable[..., None]]
+    extra = 0
+
+    def infer(self, ctx: InferContext) -> None:
+        ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
+        if ctx.exact:
+            ctx.prepared = plan_exact(ctx, ctx.dtype(0), math.prod(ctx.shape(0)), self.extra)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if ctx.exact:
+            run_exact(ctx, ctx.prepared, type(self).exact, inputs[0], outputs[0])
+        else:
+            self.compute(inputs[0], outputs[0])
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        if ctx.exact:
+            return functools.partial(self.run, ctx, inputs, outputs)
+        return super().bind(ctx, inputs, outputs)
+
+
+class Tanh(_Exact):
     ufunc = np.tanh
+    exact = em.tanh_into
 
 
 class Sqrt(Unary):
@@ -82,8 +161,9 @@ class Sqrt(Unary):
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
-class Exp(Unary):
+class Exp(_Exact):
     ufunc = np.exp
+    exact = em.exp_into
 
 
 class Log(Unary):
@@ -132,22 +212,31 @@ class Softplus(Unary):
         np.logaddexp(x, constant(x.dtype, 0), out=out)
 
 
-class Sigmoid(Unary):
+class Sigmoid(_Exact):
     """1 / (1 + exp(-x)) from e = exp(-|x|), which never overflows.
 
     sigmoid(x) = 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0: both are accurate to a few
     ulp, and sigmoid(-1000) is 0 without an overflow on the way.  The numerator is
     max(e, sign(x)), as e <= 1 (and e = 1 at x = 0): a select without a mask, which numpy
-    runs several times faster than a masked copy.
+    runs several times faster than a masked copy.  Exact mode: the same formula with our exp
+    (:func:`._exact_math.sigmoid_into`).
     """
+
+    exact = em.sigmoid_into
+    extra = 1
 
     def infer(self, ctx: InferContext) -> None:
         super().infer(ctx)
+        if ctx.exact:
+            return
         dtype, shape = ctx.dtype(0), ctx.shape(0)
         ctx.prepared = (ctx.add_scratch(dtype, shape), ctx.add_scratch(dtype, shape))
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        sigmoid_into(inputs[0], outputs[0], *(ctx.scratch[i] for i in ctx.prepared))
+        if ctx.exact:
+            run_exact(ctx, ctx.prepared, em.sigmoid_into, inputs[0], outputs[0])
+        else:
+            sigmoid_into(inputs[0], outputs[0], *(ctx.scratch[i] for i in ctx.prepared))
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         return functools.partial(self.run, ctx, inputs, outputs)
@@ -177,14 +266,19 @@ class ErfPlan:
     mask: int  # a flat bool array
     top: int  # one compute-type element per block
     blocks: int
+    exp_work: tuple[int, ...] = ()  # exact mode: an ExpWork's arrays (see _exact_math)
 
     @classmethod
-    def ask(cls, ctx: InferContext, n: int, dtype: np.dtype) -> ErfPlan:
+    def ask(cls, ctx: InferContext, n: int, dtype: np.dtype, exact: bool = False) -> ErfPlan:
         work_type = compute_dtype(dtype)
         work = tuple(ctx.add_scratch(work_type, (n,)) for _ in range(WORK_ARRAYS))
         blocks = block_count(n)
         mask = ctx.add_scratch(np.bool_, (n,))
-        return cls(work, mask, ctx.add_scratch(work_type, (blocks,)), blocks)
+        exp_work = ()
+        if exact:
+            exp_work = tuple(ctx.add_scratch(d, s) for d, s in em.work_specs(work_type, n))
+        top = ctx.add_scratch(work_type, (blocks,))
+        return cls(work, mask, top, blocks, exp_work)
 
     @staticmethod
     def block(i: int) -> slice:
@@ -217,20 +311,27 @@ class Erf(Unary):
     """Our own erf (Cody's rational approximations, see ``_erf``); numpy has none.
 
     float16 and bfloat16 are computed in float32.  Large tensors are cut in blocks
-    (:class:`ErfPlan`) spread over the intra-op threads.
+    (:class:`ErfPlan`) spread over the intra-op threads.  Exact mode: the same operations with
+    our exp (:func:`._exact_math.exp_into`) and canonical NaN.
     """
 
+    supports_exact = True
+
     def infer(self, ctx: InferContext) -> None:
-        super().infer(ctx)
-        ctx.prepared = ErfPlan.ask(ctx, math.prod(ctx.shape(0)), ctx.dtype(0))
+        ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
+        ctx.prepared = ErfPlan.ask(ctx, math.prod(ctx.shape(0)), ctx.dtype(0), ctx.exact)
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         plan: ErfPlan = ctx.prepared
         x, out = inputs[0].reshape(-1), outputs[0].reshape(-1)
+        exp_work = em.make_work([ctx.scratch[i] for i in plan.exp_work]) if plan.exp_work else None
 
         def block(i: int) -> None:
             s = plan.block(i)
-            erf_into(x[s], out[s], *plan.arrays(ctx, i))
+            if exp_work is None:
+                erf_into(x[s], out[s], *plan.arrays(ctx, i))
+            else:
+                em.erf_exact_into(x[s], out[s], *plan.arrays(ctx, i), exp_work[s])
 
         plan.each(ctx, block)
 

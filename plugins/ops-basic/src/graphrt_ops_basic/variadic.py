@@ -5,6 +5,9 @@ a special case).  The fold runs in input order, ``out = ((x0 op x1) op x2) ...``
 from the first call on, so ``out`` may be input 0's storage.  When input 0 appears again later
 in the list, that storage is still read after the first write; the fold then runs in a scratch
 array and is copied out at the end.
+
+That fold is the canonical order of docs/exact-mode.md, so Sum and Mean (the fold, then one
+division) are exact: exact mode only adds the canonical-NaN rewrite.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
-from ._util import same_types
+from ._util import _CANONICAL_NAN, constant, rewrite_nan, same_types
 
 
 class Variadic(OpKernel):
@@ -40,11 +43,15 @@ class Variadic(OpKernel):
         ctx.set_output(0, dtype, shape)
         names = self.node.inputs
         reread = len(names) > 2 and names[0] in names[2:]
-        ctx.prepared = ctx.add_scratch(dtype, shape) if reread else None
+        nan = None
+        if ctx.exact and self.supports_exact and dtype in _CANONICAL_NAN:
+            nan = ctx.add_scratch(np.bool_, shape)
+        ctx.prepared = (ctx.add_scratch(dtype, shape) if reread else None, nan)
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         out = outputs[0]
-        acc = out if ctx.prepared is None else ctx.scratch[ctx.prepared]
+        scratch, nan = ctx.prepared
+        acc = out if scratch is None else ctx.scratch[scratch]
         if len(inputs) == 1:
             np.copyto(acc, inputs[0])
         else:
@@ -54,18 +61,22 @@ class Variadic(OpKernel):
         self.finish(acc, len(inputs))
         if acc is not out:
             np.copyto(out, acc)
+        if nan is not None:
+            rewrite_nan(out, ctx.scratch[nan])
 
     def finish(self, acc: np.ndarray, n: int) -> None:
         """A last step on the folded value (Mean divides)."""
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
-        if len(inputs) == 2 and type(self).finish is Variadic.finish:
+        plain = type(self).finish is Variadic.finish and ctx.prepared[1] is None
+        if len(inputs) == 2 and plain:
             return functools.partial(self.ufunc, inputs[0], inputs[1], out=outputs[0])
         return functools.partial(self.run, ctx, inputs, outputs)
 
 
 class Sum(Variadic):
     ufunc = np.add
+    supports_exact = True
 
 
 class Max(Variadic):
@@ -82,6 +93,7 @@ class Mean(Variadic):
     """The sum in input order, then one division by the count."""
 
     ufunc = np.add
+    supports_exact = True
 
     def finish(self, acc: np.ndarray, n: int) -> None:
-        np.divide(acc, acc.dtype.type(n), out=acc)
+        np.divide(acc, constant(acc.dtype, n), out=acc)
