@@ -175,6 +175,18 @@ class _RowPlan:
     eps: np.ndarray  # 0-d
 
 
+_VECDOT = getattr(np, "vecdot", None)  # numpy >= 2.0
+
+
+def _row_dots(cen: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
+    """A call writing each row's dot product with itself into out: numpy 2's vecdot, or on
+    numpy 1 (no vecdot) matmul of the rows as stacked (1, n) @ (n, 1) products, which takes
+    the same per-row dot loop (bit for bit the same sums) and allocates nothing either."""
+    if _VECDOT is not None:
+        return functools.partial(_VECDOT, cen, cen, out=out)
+    return functools.partial(np.matmul, cen[:, None, :], cen[:, :, None], out=out[:, None, None])
+
+
 def _row_plan(ctx: InferContext, rows: int, size: int, ct: np.dtype, eps: float) -> _RowPlan:
     centred = ctx.add_scratch(ct, (rows, size)) if ct != ctx.dtype(0) else None
     return _RowPlan(
@@ -194,7 +206,7 @@ def _normalize_rows(
         functools.partial(np.add.reduce, x2, axis=1, out=mean),
         functools.partial(np.divide, mean, p.count, out=mean),
         functools.partial(np.subtract, x2, mean[:, None], out=cen, casting="unsafe"),
-        functools.partial(np.vecdot, cen, cen, out=inv),
+        _row_dots(cen, inv),
         functools.partial(np.divide, inv, p.count, out=inv),
         functools.partial(np.add, inv, p.eps, out=inv),
         functools.partial(np.sqrt, inv, out=inv),
