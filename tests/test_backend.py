@@ -17,6 +17,7 @@ import onnx.backend.test
 
 from graphrt.backend import GraphrtBackend
 from graphrt.errors import SessionError
+from tests._versions import NUMPY
 
 # The runner writes generated inputs for the light models under $ONNX_HOME; keep that out of ~.
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "graphrt-onnx-home"))
@@ -48,6 +49,18 @@ EXPECTED_FAILURES: dict[str, str] = {
         "with the legacy np.random.seed stream, so random masks cannot match bit for bit"
     ),
 }
+
+if NUMPY < (2, 0):
+    EXPECTED_FAILURES[
+        r"^test_cast(like)?_(no_saturate_|e8m0_)?FLOAT(16)?_to_"
+        r"(BFLOAT16|FLOAT8E4M3FN(UZ)?|FLOAT8E5M2FNUZ|FLOAT4E2M1|FLOAT8E8M0)(_expanded)?_cpu$"
+    ] = (
+        "numpy 1 only: onnx's runner compares outputs with np.testing.assert_allclose, which "
+        "under numpy 1 promotes the expected ml_dtypes array with a Python float and raises "
+        "DTypePromotionError (float16 and bfloat16/float8/float4 have no common type); the "
+        "runner checked the dtype and shape before, and tests/ops/test_elementwise.py compares "
+        "these cases' values in float32"
+    )
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import graphrt
 from graphrt.plugins import loaded_plugins
-from tests._models import init, make_model, tensor
+from tests._models import init, make_model, ort_session, tensor
 
 HAVE_CONTROLFLOW = "ops-controlflow" in loaded_plugins()
 needs_controlflow = pytest.mark.skipif(
@@ -137,14 +137,14 @@ def test_loop_of_10000_iterations_builds_one_plan_and_reuses_its_run_state():
 @needs_controlflow
 @pytest.mark.parametrize("m", [0, 1, 7])
 def test_loop_matches_numpy_and_onnxruntime(m):
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     model = loop_model()
     x = np.array([1, -2, 3, 0.5], np.float32)
     feed = {"M": np.array(m, np.int64), "x": x}
     got = graphrt.Session(model).run(None, feed)
     want_acc, want_sq = numpy_loop(m, x)
     np.testing.assert_array_equal(got[0], want_acc)
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = ort_session(model)
     ort_out = ref.run(None, feed)
     np.testing.assert_array_equal(got[0], ort_out[0])
     if m:
@@ -166,8 +166,8 @@ def test_scan_reverse_direction_matches_numpy():
     np.testing.assert_array_equal(total, running)
     # scan outputs are stacked in iteration order (forward), the first from x[T-1]
     np.testing.assert_array_equal(partials, np.stack(want))
-    ort = pytest.importorskip("onnxruntime")
-    ref = ort.InferenceSession(scan_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    pytest.importorskip("onnxruntime")
+    ref = ort_session(scan_model())
     for a, b in zip((total, partials), ref.run(None, {"s0": s0, "x": x})):
         np.testing.assert_array_equal(a, b)
 
@@ -423,13 +423,9 @@ def test_function_body_with_a_missing_operator_is_reported_like_any_other():
 @needs_controlflow
 def test_loop16_seq_none_matches_onnx_expected_output_directly():
     """The backend runner cannot compare this case (a 0-d first element): compare it here."""
-    import warnings
+    from tests.ops.node_cases import all_cases  # onnx's node cases, collected once
 
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        (case,) = [c for c in collect_testcases() if c.name == "test_loop16_seq_none"]
+    (case,) = [c for c in all_cases() if c.name == "test_loop16_seq_none"]
     (inputs, (expected,)) = case.data_sets[0]
     sess = graphrt.Session(case.model)
     feed = {d.name: v for d, v in zip(sess.get_inputs(), inputs)}

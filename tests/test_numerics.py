@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import graphrt
 from graphrt_ops_basic.table import OPERATORS
-from tests._models import init, make_model, small_cnn, tensor
+from tests._models import init, make_model, ort_session, small_cnn, tensor
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -182,7 +182,7 @@ COVERED_ELSEWHERE = {
 def _ort_session(model):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort_session(model, so)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -27,6 +27,7 @@ from graphrt.errors import SessionError
 from graphrt.kernel import InferContext, KernelContext, evaluate_node
 from graphrt_ops_basic.table import OPERATORS
 from tests._numpy_alloc import count_numpy_allocations
+from tests._versions import ONNX
 from tests.ops.node_cases import node_case_params, run_case
 
 OPS = {
@@ -99,12 +100,16 @@ EXPECTED_FAILURES: dict[str, str] = {
 
 NODE_CASES = node_case_params(OPS, EXPECTED_FAILURES)
 
+#: How many node cases of these operators onnx ships, at least: each release adds some
+#: (onnx 1.19 has 445, 1.20 475, 1.21 and 1.22 476, 1.23 503).
+MIN_NODE_CASES = 500 if ONNX >= (1, 23) else 475 if ONNX >= (1, 20) else 445
+
 
 def test_every_operator_has_node_cases_and_a_kernel():
     assert set(FACTORIES) == OPS
     covered = {p.values[0].graph.node[0].op_type for p in NODE_CASES}
     assert covered == OPS
-    assert len(NODE_CASES) >= 500
+    assert len(NODE_CASES) >= MIN_NODE_CASES
 
 
 @pytest.mark.parametrize(("model", "inputs", "outputs"), NODE_CASES)
@@ -576,7 +581,13 @@ def test_reductions_by_opset(op, opset, noop, axes, keepdims):
     elif not as_input and axes:
         attrs["axes"] = axes
     got = evaluate(op, *inputs, opset=opset, **attrs)
-    want = reference(op, *inputs, opset=opset, **attrs)
+    if ONNX < (1, 20) and op != "ReduceSum" and noop and axes == []:
+        # onnx's reference evaluator before 1.20 reduces over every axis when the axes input
+        # is empty, noop_with_empty_axes=1 notwithstanding (its ReduceSum alone got it right);
+        # the spec: the input is not reduced
+        want = x
+    else:
+        want = reference(op, *inputs, opset=opset, **attrs)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 

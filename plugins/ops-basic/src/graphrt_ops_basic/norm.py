@@ -217,6 +217,18 @@ class _RowPlan:
     nan_rows: int | None = None  # exact mode: the same for the (rows,) statistics outputs
 
 
+_VECDOT = getattr(np, "vecdot", None)  # numpy >= 2.0
+
+
+def _row_dots(cen: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
+    """A call writing each row's dot product with itself into out: numpy 2's vecdot, or on
+    numpy 1 (no vecdot) matmul of the rows as stacked (1, n) @ (n, 1) products, which takes
+    the same per-row dot loop (bit for bit the same sums) and allocates nothing either."""
+    if _VECDOT is not None:
+        return functools.partial(_VECDOT, cen, cen, out=out)
+    return functools.partial(np.matmul, cen[:, None, :], cen[:, :, None], out=out[:, None, None])
+
+
 def _row_plan(ctx: InferContext, rows: int, size: int, ct: np.dtype, eps: float) -> _RowPlan:
     centred = ctx.add_scratch(ct, (rows, size)) if ct != ctx.dtype(0) else None
     square = nan = nan_rows = None
@@ -258,7 +270,7 @@ def _normalize_rows(
     cen = y.reshape(p.rows, p.size) if p.centred is None else ctx.scratch[p.centred]
     if p.square is None:
         total = functools.partial(np.add.reduce, x2, axis=1, out=mean)
-        squares = functools.partial(np.vecdot, cen, cen, out=inv)
+        squares = _row_dots(cen, inv)
     else:  # exact mode: ascending order, one rounded add at a time
         total = functools.partial(canonical_sum, x2, 1, mean[:, None])
         squares = functools.partial(_squares_in_order, cen, inv, ctx.scratch[p.square])
