@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 import graphrt
 from graphrt_ops_basic.fusion import fusion_passes
 from tests._fusion import RNG, F, fused_and_plain, op_list, rand_w, rand_x
-from tests._models import init, make_model, tensor
+from tests._models import init, make_model, ort_session, tensor
 
 
 def test_exact_mode_skips_the_passes_that_change_rounding():
@@ -156,10 +156,10 @@ def _gelu_op_model(approximate: str, elem: int) -> onnx.ModelProto:
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_gelu_operator_matches_onnxruntime(approximate, dtype):
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     model = _gelu_op_model(approximate, F if dtype == np.float32 else TensorProto.FLOAT16)
     x = (RNG.standard_normal((4, 70000)) * 4).astype(dtype)  # several blocks
-    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    want = ort_session(model).run(None, {"x": x})[0]
     got = graphrt.Session(model, intra_op_threads=2).run(None, {"x": x})[0]
     tol = {np.float16: 2e-3, np.float32: 1e-5}[dtype]
     assert got.dtype == dtype
@@ -334,7 +334,7 @@ def test_bert_encoder_fused_matches_onnxruntime(layernorm):
     x = RNG.standard_normal((2, 16, 64)).astype(np.float32)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    want = ort.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    want = ort_session(model, so).run(None, {"x": x})[0]
     sess = graphrt.Session(model, optimization_level="all")
     got = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
