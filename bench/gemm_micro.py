@@ -18,8 +18,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import graphrt_ops_simd as simd
+from graphrt_ops_basic.matmul import exact_matmul
 
 BERT = [(128, 256, 256), (128, 256, 1024), (128, 1024, 256)]
+#: ops-basic's exact_matmul (a numpy loop over K) is timed up to this many multiply-adds.
+EXACT_NUMPY_MAX = 1 << 25
 #: Small products (tests/_models.py mlp-like layers), where call overhead decides.
 SMALL = [(4, 24, 32), (8, 64, 64), (16, 64, 64), (32, 128, 128), (4, 256, 128)]
 
@@ -78,28 +81,34 @@ def main() -> None:
     with threadpool_limits(limits=1, user_api="blas"):
         for label, shape in rows:
             repeat = args.small_repeat if label == "small" else args.repeat
-            t_np, t_packed, t_pack, t_exact = measure(shape, args.isa, repeat, rng)
+            t_np, t_packed, t_pack, t_exact, t_exact_np = measure(shape, args.isa, repeat, rng)
             m, k, n = shape
             print(
                 f"{label:9} {f'{m}x{k} @ {k}x{n}':>22} {t_np:8.3f} {t_packed:8.3f} "
-                f"{t_pack:8.3f} {t_exact:8.3f} {t_np / t_packed:9.2f} {t_np / t_pack:8.2f}"
+                f"{t_pack:8.3f} {t_exact:8.3f} {t_exact_np:9.3f} {t_np / t_packed:9.2f} "
+                f"{t_np / t_pack:8.2f}"
             )
 
 
 def measure(
     shape: tuple[int, int, int], isa: str, repeat: int, rng: np.random.Generator
-) -> tuple[float, float, float, float]:
-    """Milliseconds of numpy, packed fast, pack + fast, and exact for one product."""
+) -> tuple[float, float, float, float, float]:
+    """Milliseconds of numpy, packed fast, pack + fast, native exact and numpy exact."""
     m, k, n = shape
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     out = np.empty((m, n), np.float32)
     packed = simd.pack_b(b, isa)
+    tmp = np.empty_like(out)
+    t_exact_np = float("nan")
+    if m * k * n <= EXACT_NUMPY_MAX:
+        t_exact_np = best(lambda: exact_matmul(a, b, out, tmp), 1)
     return (
         best(lambda: np.matmul(a, b, out=out), repeat),
         best(lambda: simd.gemm(a, packed, out), repeat),
         best(lambda: (packed.repack(b), simd.gemm(a, packed, out)), repeat),
         best(lambda: simd.gemm_exact(a, b, out, isa), max(1, repeat // 2)),
+        t_exact_np,
     )
 
 

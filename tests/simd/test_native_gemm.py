@@ -16,13 +16,17 @@ def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
+def _case(isa: str, seed: int, m: int, k: int, n: int):
+    """A and B drawn for this shape, and an output filled with garbage (NaN)."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(seed)
+    return _rand(rng, m, k), _rand(rng, k, n), np.full((m, n), np.nan, np.float32)
+
+
 @pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(("m", "k", "n"), SHAPES)
 def test_exact_is_bit_identical_to_exact_matmul(isa, m, k, n):
-    path_or_skip(isa)
-    rng = np.random.default_rng(m * 10007 + k * 101 + n)
-    a, b = _rand(rng, m, k), _rand(rng, k, n)
-    out = np.full((m, n), 7.0, np.float32)
+    a, b, out = _case(isa, m * 10007 + k * 101 + n, m, k, n)
     simd.gemm_exact(a, b, out, isa)
     np.testing.assert_array_equal(bits(out), bits(exact_reference(a, b)))
 
@@ -67,10 +71,7 @@ def test_exact_paths_agree_and_rows_split_freely():
 @pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(("m", "k", "n"), SHAPES)
 def test_fast_matches_numpy(isa, m, k, n):
-    path_or_skip(isa)
-    rng = np.random.default_rng(m * 7 + k * 13 + n)
-    a, b = _rand(rng, m, k), _rand(rng, k, n)
-    out = np.full((m, n), np.nan, np.float32)
+    a, b, out = _case(isa, m * 7 + k * 13 + n, m, k, n)
     simd.gemm(a, simd.pack_b(b, isa), out)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.sqrt(max(k, 1)))

@@ -29,7 +29,7 @@ def test_plugin_provides_the_three_paths_ranked():
     for name, p in paths.items():
         assert p.available() == (name in ISAS)
         assert set(p.kernels) == {("", "MatMul"), ("", "Gemm")}
-    assert graphrt.Session(mlp()).kernel_path == ISAS[-1]  # auto: the best available
+    assert graphrt.Session(mlp(), kernel_path="auto").kernel_path == ISAS[-1]  # the best
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
@@ -176,7 +176,8 @@ def test_forcing_an_unavailable_path_is_unsupported(monkeypatch):
             graphrt.Session(mlp(), kernel_path=name)
         assert info.value.kind == "unsupported"
         assert name in str(info.value)
-    assert graphrt.Session(mlp()).kernel_path == "scalar"  # auto skips what is not available
+    auto = graphrt.Session(mlp(), kernel_path="auto")
+    assert auto.kernel_path == "scalar"  # auto skips what is not available
     monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "avx512")
     with pytest.raises(graphrt.SessionError) as info:
         graphrt.Session(mlp())
@@ -202,3 +203,15 @@ def test_cli_ops_shows_paths_and_the_auto_choice(capsys):
         state = "available" if name in ISAS else "not available"
         assert f"  {name} (rank" in out and state in out
     assert f"auto picks: {ISAS[-1]}" in out
+
+
+def test_env_path_applies_only_to_sessions_with_kernel_paths(monkeypatch):
+    monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "scalar")
+    assert graphrt.Session(mlp()).kernel_path == "scalar"
+    assert graphrt.Session(mlp(), plugins=["ops-basic"]).kernel_path == "numpy"
+    with pytest.raises(graphrt.SessionError) as info:  # the option itself is never ignored
+        graphrt.Session(mlp(), plugins=["ops-basic"], kernel_path="scalar")
+    assert info.value.kind == "unsupported"
+    monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "avx5l2")  # a typo still fails where paths exist
+    with pytest.raises(graphrt.SessionError, match="unknown kernel path 'avx5l2'"):
+        graphrt.Session(mlp())

@@ -35,7 +35,15 @@ class KernelPath:
 
 
 def choose_path(paths: list[KernelPath], requested: str | None) -> KernelPath | None:
-    """The path for a session: the forced one, or the best available; None means numpy."""
+    """The path for a session: the forced one, or the best available; None means numpy.
+
+    ``requested`` (the session option) wins over the environment variable.  The variable is a
+    process-wide default: it applies to sessions whose operator table has kernel paths, and a
+    session without any (``plugins=[]``, an allow-list without the native plugin) runs the
+    table's numpy kernels instead of failing.
+    """
+    if not requested and not paths and os.environ.get(ENV_VAR):
+        return None
     requested = requested or os.environ.get(ENV_VAR) or "auto"
     if requested == BASE_PATH:
         return None

@@ -4,47 +4,18 @@
 #include <immintrin.h>
 
 #include "kernels.h"
+#include "vec_x86.h"
 
 namespace graphrt_simd {
 namespace avx512 {
 
+// 12 x 32 tile: 24 accumulators, 2 B vectors and one broadcast in the 32 zmm registers.
 constexpr int MR = 12;
 constexpr int NR = 32;
 constexpr int ER = 4;
 constexpr int EU = 2;
 
-// 12 x 32 tile: 24 accumulators, 2 B vectors and one broadcast in the 32 zmm registers.
-static inline void micro_tile(int64_t kc, const float* ap, const float* bp, float* tile) {
-    __m512 c[MR][2];
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < kc; ++kk) {
-        const __m512 b0 = _mm512_loadu_ps(bp + kk * NR);
-        const __m512 b1 = _mm512_loadu_ps(bp + kk * NR + 16);
-        const float* av = ap + kk * MR;
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r) {
-            const __m512 a = _mm512_set1_ps(av[r]);
-            c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
-            c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-        _mm512_storeu_ps(tile + r * NR, c[r][0]);
-        _mm512_storeu_ps(tile + r * NR + 16, c[r][1]);
-    }
-}
-
-struct Vec {
-    using T = __m512;
-    static constexpr int W = 16;
-    static inline T load(const float* p) { return _mm512_loadu_ps(p); }
-    static inline void store(float* p, T v) { _mm512_storeu_ps(p, v); }
-    static inline T set1(float v) { return _mm512_set1_ps(v); }
-    static inline T mul(T x, T y) { return _mm512_mul_ps(x, y); }
-    static inline T add(T x, T y) { return _mm512_add_ps(x, y); }
-};
+GRAPHRT_SIMD_X86_VEC(__m512, 16, _mm512);
 
 #include "gemm_driver.inc"
 

@@ -11,20 +11,6 @@ constexpr int NR = 8;
 constexpr int ER = 4;
 constexpr int EU = 4;
 
-static inline void micro_tile(int64_t kc, const float* ap, const float* bp, float* tile) {
-    float acc[MR][NR] = {};
-    for (int64_t kk = 0; kk < kc; ++kk) {
-        const float* b = bp + kk * NR;
-        const float* av = ap + kk * MR;
-        for (int r = 0; r < MR; ++r) {
-            for (int j = 0; j < NR; ++j) acc[r][j] = acc[r][j] + av[r] * b[j];
-        }
-    }
-    for (int r = 0; r < MR; ++r) {
-        for (int j = 0; j < NR; ++j) tile[r * NR + j] = acc[r][j];
-    }
-}
-
 struct Vec {
     using T = float;
     static constexpr int W = 1;
@@ -33,6 +19,7 @@ struct Vec {
     static inline T set1(float v) { return v; }
     static inline T mul(T x, T y) { return x * y; }
     static inline T add(T x, T y) { return x + y; }
+    static inline T madd(T a, T b, T c) { return c + a * b; }  // two roundings: no FMA here
 };
 
 #include "gemm_driver.inc"
