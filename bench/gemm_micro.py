@@ -5,7 +5,7 @@
 Shapes: the BERT-like encoder's products (M x K @ K x N) and light_resnet50's convolutions as
 im2col products (weight M x K @ columns K x S, batch 1).  "packed" times the fast GEMM on a B
 packed beforehand (a constant weight); "+pack" includes packing B in every call (a run-time B,
-the im2col columns).  Prints milliseconds (best of --repeat) and the speed-up over numpy.
+the im2col columns).  Prints microseconds (best of --repeat) and the speed-up over numpy.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def best(fn: Callable[[], object], repeat: int) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times) * 1e3  # ms
+    return min(times) * 1e6  # microseconds
 
 
 def main() -> None:
@@ -72,11 +72,12 @@ def main() -> None:
     if not args.no_resnet:
         rows += [("resnet50", s) for s in resnet_shapes()]
     print(
-        f"isa {args.isa}; ms, best of {args.repeat} ({args.small_repeat} small); x = numpy / native"
+        f"isa {args.isa}; microseconds, best of {args.repeat} ({args.small_repeat} small); "
+        "x = numpy / native"
     )
     print(
         f"{'model':9} {'M x K @ K x N':>22} {'numpy':>8} {'packed':>8} {'+pack':>8} "
-        f"{'exact':>8} {'x packed':>9} {'x +pack':>8}"
+        f"{'exact':>8} {'exact np':>9} {'x packed':>9} {'x +pack':>8}"
     )
     with threadpool_limits(limits=1, user_api="blas"):
         for label, shape in rows:
@@ -84,8 +85,8 @@ def main() -> None:
             t_np, t_packed, t_pack, t_exact, t_exact_np = measure(shape, args.isa, repeat, rng)
             m, k, n = shape
             print(
-                f"{label:9} {f'{m}x{k} @ {k}x{n}':>22} {t_np:8.3f} {t_packed:8.3f} "
-                f"{t_pack:8.3f} {t_exact:8.3f} {t_exact_np:9.3f} {t_np / t_packed:9.2f} "
+                f"{label:9} {f'{m}x{k} @ {k}x{n}':>22} {t_np:8.1f} {t_packed:8.1f} "
+                f"{t_pack:8.1f} {t_exact:8.1f} {t_exact_np:9.1f} {t_np / t_packed:9.2f} "
                 f"{t_np / t_pack:8.2f}"
             )
 
@@ -93,7 +94,7 @@ def main() -> None:
 def measure(
     shape: tuple[int, int, int], isa: str, repeat: int, rng: np.random.Generator
 ) -> tuple[float, float, float, float, float]:
-    """Milliseconds of numpy, packed fast, pack + fast, native exact and numpy exact."""
+    """Microseconds of numpy, packed fast, pack + fast, native exact and numpy exact."""
     m, k, n = shape
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)

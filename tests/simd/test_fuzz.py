@@ -78,11 +78,12 @@ def test_fast_entry_points_validate_everything(case, lo, hi):
     except ERRORS:
         assert isa not in ISAS or b.dtype != np.float32 or b.ndim != 2
         return
-    ok = _valid_exact(a, np.ascontiguousarray(b), out) and 0 <= lo <= hi <= a.shape[0]
+    end = a.shape[0] if hi == -1 else hi  # -1 is the default: every row
+    ok = _valid_exact(a, np.ascontiguousarray(b), out) and 0 <= lo <= end <= a.shape[0]
     if ok:
         simd.gemm(a, packed, out, row_begin=lo, row_end=hi)
-        ref = a[lo:hi].astype(np.float64) @ b.astype(np.float64)
-        np.testing.assert_allclose(out[lo:hi], ref, rtol=1e-5, atol=1e-4)
+        ref = a[lo:end].astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(out[lo:end], ref, rtol=1e-5, atol=1e-4)
     else:
         with pytest.raises(ERRORS):
             simd.gemm(a, packed, out, row_begin=lo, row_end=hi)

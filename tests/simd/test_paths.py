@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import onnx
 import pytest
@@ -13,6 +15,27 @@ from tests._models import init, make_model, mlp, tensor
 from tests.simd._simd import ALL_PATHS, ISAS, bits, path_or_skip, simd
 
 PATHS = ("numpy", *ALL_PATHS)
+
+
+@pytest.fixture
+def native_calls(monkeypatch) -> collections.Counter:
+    """Counts the native GEMM calls; fast mode takes the native GEMM for every size."""
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(kernels, "FAST_MAX_MACS", dict.fromkeys(ALL_PATHS, 1 << 40))
+    calls: collections.Counter = collections.Counter()
+    real = {name: getattr(kernels._native, name) for name in ("gemm", "gemm_exact")}
+
+    def counter(name: str):
+        def counted(*args, **kw):
+            calls[name] += 1
+            return real[name](*args, **kw)
+
+        return counted
+
+    for name in real:
+        monkeypatch.setattr(kernels._native, name, counter(name))
+    return calls
 
 
 def _session(model: onnx.ModelProto, path: str, **kw) -> graphrt.Session:
@@ -87,15 +110,19 @@ GEMM_CASES = [
 
 @pytest.mark.parametrize("path", ALL_PATHS)
 @pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: "ta{}tb{}c{}a{}b{}k{}".format(*c))
-def test_gemm_exact_bits_and_fast_values(path, case):
+def test_gemm_exact_bits_and_fast_values(path, case, native_calls):
     model, feed = _gemm_model(*case)
     for mode in ("exact", "fast"):
         want = graphrt.Session(model, mode=mode, kernel_path="numpy").run(None, feed)[0]
+        native_calls.clear()
         got = _session(model, path, mode=mode).run(None, feed)[0]
         if mode == "exact":
             np.testing.assert_array_equal(bits(got), bits(want))
+            transposed_run_time_b = case[1] and not case[5]  # the one exact fallback
+            assert (native_calls["gemm_exact"] > 0) != transposed_run_time_b
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            assert (native_calls["gemm"] > 0) == case[5]  # native for a constant B
 
 
 def _matmul_model(a_shape, b_shape, const_b: bool, dtype=TensorProto.FLOAT):
@@ -133,16 +160,37 @@ MATMUL_CASES = [
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("path", ALL_PATHS)
 @pytest.mark.parametrize("case", MATMUL_CASES, ids=str)
-def test_matmul_exact_bits_and_fast_values(path, case, threads):
+def test_matmul_exact_bits_and_fast_values(path, case, threads, native_calls):
     model, feed = _matmul_model(*case)
     for mode in ("exact", "fast"):
         want = graphrt.Session(model, mode=mode, kernel_path="numpy").run(None, feed)[0]
+        native_calls.clear()
         got = _session(model, path, mode=mode, intra_op_threads=threads).run(None, feed)[0]
         assert got.shape == want.shape
         if mode == "exact":
             np.testing.assert_array_equal(bits(got), bits(want))
+            assert native_calls["gemm_exact"] > 0
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            native = case[2] and len(case[1]) == 2  # a constant matrix B
+            assert (native_calls["gemm"] > 0) == native
+
+
+def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
+    """Default thresholds: a large product stays on numpy, a tiny one runs natively."""
+    import graphrt_ops_simd.kernels as kernels
+
+    calls = []
+    real = kernels._native.gemm
+    monkeypatch.setattr(kernels._native, "gemm", lambda *a, **kw: (calls.append(1), real(*a, **kw)))
+    for shape, small in (((4, 24), True), ((128, 256), False)):
+        model, feed = _matmul_model(shape, (shape[1], 32), True)
+        for path in ALL_PATHS:
+            if path not in ISAS:
+                continue
+            calls.clear()
+            _session(model, path).run(None, feed)
+            assert bool(calls) == (small and kernels.FAST_MAX_MACS[path] >= 4 * 24 * 32), path
 
 
 @pytest.mark.parametrize("path", ALL_PATHS)

@@ -6,9 +6,10 @@ output types are the table's, word for word), then decides per plan:
 
 * exact mode, float32: the native exact GEMM (canonical order, bit-identical to
   ``graphrt_ops_basic.matmul.exact_matmul``) for every MatMul and Gemm it can address;
-* fast mode, float32, constant B, small products: the native packed GEMM with B packed once per
-  plan and Gemm's alpha and bias folded into the epilogue; numpy's BLAS wins on larger products
-  (bench/gemm_micro.py, plugins/ops-simd/README.md), so those stay on the numpy kernel;
+* fast mode, float32, constant B, products up to ``FAST_MAX_MACS[isa]`` multiply-adds: the
+  native packed GEMM with B packed once per plan and Gemm's alpha and bias folded into the
+  epilogue; numpy's BLAS wins on larger products (bench/gemm_micro.py,
+  plugins/ops-simd/README.md), so those stay on the numpy kernel;
 * anything else (other dtypes, run-time B in fast mode, ...): the numpy kernel, planned on the
   real context as if this wrapper did not exist.
 
@@ -34,9 +35,11 @@ from . import _native
 ROW_BLOCK = 64
 #: Multiply-adds from which a product is split over the intra-op threads.
 PARALLEL_THRESHOLD = 1 << 21
-#: Fast mode uses the native GEMM up to this many multiply-adds; above it numpy's BLAS is as
-#: fast or faster on the measured shapes (plugins/ops-simd/README.md).
-NATIVE_FAST_MAX_MACS = 1 << 15
+#: Fast mode uses a path's native GEMM up to this many multiply-adds (a constant B packed once
+#: per plan); above it numpy's BLAS (OpenBLAS) was as fast or faster on every measured shape
+#: (plugins/ops-simd/README.md).  The scalar kernels never beat BLAS: that path is for exact
+#: mode, and its fast mode keeps numpy's products.
+FAST_MAX_MACS = {"scalar": 0, "avx2": 1 << 14, "avx512": 1 << 13}
 F32 = np.dtype(np.float32)
 
 NumpyFactory = Callable[[NodeInfo], OpKernel]
@@ -183,7 +186,9 @@ class MatMul(NativeProduct):
         macs = math.prod(full) * max(k, 1)
         b_value = ctx.known_value(1)
         rows_flat = len(b2) == 2
-        if not ctx.exact and (b_value is None or not rows_flat or macs > NATIVE_FAST_MAX_MACS):
+        if not ctx.exact and (
+            b_value is None or not rows_flat or macs > FAST_MAX_MACS.get(self.isa, 0)
+        ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out)
         pairs = _batch_pairs(a2[:-2], b2[:-2], batch) if not rows_flat else ()
@@ -237,7 +242,7 @@ class Gemm(NativeProduct):
         b_value = ctx.known_value(1)
         if ctx.exact and b_value is None and tb:
             return self.fallback(ctx)  # the exact kernel reads rows of B'; B.T has none
-        if not ctx.exact and (b_value is None or macs > NATIVE_FAST_MAX_MACS):
+        if not ctx.exact and (b_value is None or macs > FAST_MAX_MACS.get(self.isa, 0)):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, (m, n))
         alpha = F32.type(self.node.attr("alpha", 1.0))

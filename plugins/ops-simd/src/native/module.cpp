@@ -134,7 +134,7 @@ void check_out(const OutArray& out, int64_t m, int64_t n) {
 }
 
 void row_range(int64_t m, int64_t& begin, int64_t& end) {
-    if (end < 0) end = m;
+    if (end == -1) end = m;  // the default: every row
     if (begin < 0 || begin > end || end > m)
         throw nb::value_error(("row range [" + std::to_string(begin) + ", " + std::to_string(end) +
                                ") is not inside [0, " + std::to_string(m) + ")")
