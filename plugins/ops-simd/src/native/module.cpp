@@ -33,6 +33,8 @@ namespace {
 
 // ---- CPU and OS checks ------------------------------------------------------------------------
 
+// cpuid and xgetbv are slow in a virtual machine (the hypervisor traps them), so the answers
+// are computed once, on first use (thread-safe static initialisation).
 #if defined(GRAPHRT_SIMD_X86)
 uint64_t xcr0() {
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -42,19 +44,28 @@ uint64_t xcr0() {
     return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
-bool cpu_has_avx2() {
-    __builtin_cpu_init();
-    const bool ymm_state = (xcr0() & 0x6) == 0x6;  // SSE and AVX state saved by the OS
-    return ymm_state && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+struct CpuFeatures {
+    bool avx2 = false;
+    bool avx512 = false;
+    CpuFeatures() {
+        __builtin_cpu_init();
+        const uint64_t xcr = xcr0();
+        const bool ymm_state = (xcr & 0x6) == 0x6;     // SSE and AVX state saved by the OS
+        const bool zmm_state = (xcr & 0xE6) == 0xE6;   // plus opmask and both ZMM halves
+        avx2 = ymm_state && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        avx512 = zmm_state && avx2 && __builtin_cpu_supports("avx512f") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    }
+};
+
+const CpuFeatures& cpu() {
+    static const CpuFeatures features;
+    return features;
 }
 
-bool cpu_has_avx512() {
-    __builtin_cpu_init();
-    const bool zmm_state = (xcr0() & 0xE6) == 0xE6;  // plus opmask and both ZMM halves
-    return zmm_state && cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
+bool cpu_has_avx2() { return cpu().avx2; }
+bool cpu_has_avx512() { return cpu().avx512; }
 #else
 bool cpu_has_avx2() { return false; }
 bool cpu_has_avx512() { return false; }
