@@ -103,7 +103,7 @@ def measure(
     tmp = np.empty_like(out)
     t_exact_np = float("nan")
     if m * k * n <= EXACT_NUMPY_MAX:
-        t_exact_np = best(lambda: exact_matmul(a, b, out, tmp), 1)
+        t_exact_np = best(lambda: exact_matmul(a, b, out, tmp), max(1, min(repeat, 20) // 2))
     return (
         best(lambda: np.matmul(a, b, out=out), repeat),
         best(lambda: simd.gemm(a, packed, out), repeat),

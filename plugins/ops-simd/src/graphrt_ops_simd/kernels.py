@@ -96,72 +96,77 @@ class NativeProduct(OpKernel):
     def bind(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
-        if isinstance(ctx.prepared, _Plan):
-            return functools.partial(self.run, ctx, inputs, outputs)
-        return self.base.bind(ctx, inputs, outputs)
-
-    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """Every call of one run, on views made once per run state (a list of native calls)."""
         p = ctx.prepared
         if not isinstance(p, _Plan):
-            self.base.run(ctx, inputs, outputs)
-            return
+            return self.base.bind(ctx, inputs, outputs)
         a, b = self.operands(p, inputs)
         out = outputs[0].reshape(p.out_shape)
         m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
         if p.rows_flat:  # explicit extents: reshape(-1, 0) is ambiguous when K or N is 0
             rows = math.prod(p.a_shape[:-1])
             a2, out2 = a.reshape(rows, k), out.reshape(rows, n)
-            b2 = b.reshape(k, n) if b is not None else None
-            self._product(ctx, p, a2, b2, out2)
+            b2 = None if b is None else b.reshape(k, n)
+            bounds = [(i * ROW_BLOCK, min(rows, (i + 1) * ROW_BLOCK)) for i in range(p.blocks)]
+            if p.blocks == 1:
+                bounds = [(0, rows)]
+            parts = [self._call(p, a2, b2, out2, lo, hi) for lo, hi in bounds]
         else:
             a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
             b3 = b.reshape(math.prod(p.b_shape[:-2]), k, n)
             out3 = out.reshape(len(p.pairs), m, n)
+            parts = [
+                self._call(p, a3[ia], b3[ib], out3[i], 0, m) for i, (ia, ib) in enumerate(p.pairs)
+            ]
+        calls: list[Callable[[], Any]] = []
+        if len(parts) == 1:
+            calls.append(parts[0])
+        elif parts:
+            calls.append(functools.partial(ctx.parallel_for, len(parts), _indexed(parts)))
+        calls += self.epilogue(p, inputs, outputs[0])
+        return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
 
-            def one(i: int) -> None:
-                ia, ib = p.pairs[i]
-                self._rows(p, a3[ia], b3[ib], out3[i], 0, out3.shape[1])
-
-            ctx.parallel_for(len(p.pairs), one)
-        self.finish(ctx, p, inputs, outputs[0])
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if isinstance(ctx.prepared, _Plan):
+            self.bind(ctx, inputs, outputs)()
+        else:
+            self.base.run(ctx, inputs, outputs)
 
     def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
-    def finish(self, ctx: KernelContext, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> None:
-        """What follows the product (Gemm's epilogue in exact mode)."""
+    def epilogue(self, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> list[Callable[[], Any]]:
+        """The calls that follow the product (Gemm's numpy epilogue)."""
+        return []
 
-    def _product(
-        self, ctx: KernelContext, p: _Plan, a: np.ndarray, b: np.ndarray | None, out: np.ndarray
-    ) -> None:
-        rows = out.shape[0]
-        if p.blocks == 1:
-            self._rows(p, a, b, out, 0, rows)
-            return
-
-        def block(i: int) -> None:
-            self._rows(p, a, b, out, i * ROW_BLOCK, min(rows, (i + 1) * ROW_BLOCK))
-
-        ctx.parallel_for(p.blocks, block)
-
-    def _rows(
+    def _call(
         self, p: _Plan, a: np.ndarray, b: np.ndarray | None, out: np.ndarray, lo: int, hi: int
-    ) -> None:
-        if p.exact:
-            if b.shape[1] > 1 and b.strides[1] != 4:
-                b = np.ascontiguousarray(b)
-            _native.gemm_exact(a, b, out, self.isa, row_begin=lo, row_end=hi)
-        else:
-            _native.gemm(
-                a,
-                p.packed,
-                out,
-                bias=p.bias,
-                bias_axis=p.bias_axis,
-                alpha=p.alpha,
-                row_begin=lo,
-                row_end=hi,
-            )
+    ) -> Callable[[], Any]:
+        """One native call on rows [lo, hi), all arguments positional (the cheapest call)."""
+        if not p.exact:
+            return functools.partial(
+                _native.gemm, a, p.packed, out, p.bias, p.bias_axis, p.alpha, "none", 0.0, 0.0,
+                lo, hi,
+            )  # fmt: skip
+        if b.shape[1] > 1 and b.strides[1] != 4:  # never a slab value; copied per run anyway
+            return functools.partial(_exact_copying_b, a, b, out, self.isa, lo, hi)
+        return functools.partial(_native.gemm_exact, a, b, out, self.isa, lo, hi)
+
+
+def _exact_copying_b(a: np.ndarray, b: np.ndarray, out: np.ndarray, isa: str, lo: int, hi: int):
+    _native.gemm_exact(a, np.ascontiguousarray(b), out, isa, lo, hi)
+
+
+def _indexed(parts: list[Callable[[], Any]]) -> Callable[[int], None]:
+    def one(i: int) -> None:
+        parts[i]()
+
+    return one
+
+
+def _call_all(calls: list[Callable[[], Any]]) -> None:
+    for f in calls:
+        f()
 
 
 def _blocks(rows: int, macs: int) -> int:
@@ -284,18 +289,26 @@ class Gemm(NativeProduct):
             return a, None
         return a, (p.b_const if p.b_const is not None else inputs[1])
 
-    def finish(self, ctx: KernelContext, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> None:
+    def epilogue(self, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> list[Callable[[], Any]]:
+        calls: list[Callable[[], Any]] = []
         if p.alpha_arr is not None:
-            np.multiply(y, p.alpha_arr, out=y)
+            calls.append(functools.partial(np.multiply, y, p.alpha_arr, out=y))
         has_c = len(inputs) > 2 and inputs[2] is not None
         if has_c and not p.c_in_epilogue:
-            c = p.c_scaled
-            if c is None:
-                beta = F32.type(self.node.attr("beta", 1.0))
-                c = inputs[2] if beta == 1 else np.multiply(inputs[2], beta)
-            np.add(y, c, out=y)
-        if p.exact and (has_c or p.alpha_arr is not None):
-            _native.canonicalize_nan(y)
+            beta = F32.type(self.node.attr("beta", 1.0))
+            if p.c_scaled is not None:
+                calls.append(functools.partial(np.add, y, p.c_scaled, out=y))
+            elif beta == 1:
+                calls.append(functools.partial(np.add, y, inputs[2], out=y))
+            else:  # a run-time C: beta*C per run, as ops-basic computes it
+                calls.append(functools.partial(_add_scaled, y, inputs[2], beta))
+        if p.exact and calls:
+            calls.append(functools.partial(_native.canonicalize_nan, y))
+        return calls
+
+
+def _add_scaled(y: np.ndarray, c: np.ndarray, beta: np.floating) -> None:
+    np.add(y, np.multiply(c, beta), out=y)
 
 
 def _bias_vector(c: np.ndarray | None, m: int, n: int) -> tuple[np.ndarray | None, str]:

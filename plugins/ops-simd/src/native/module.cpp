@@ -325,13 +325,13 @@ NB_MODULE(_native, m) {
     m.def("available_isas", &available_isas, "ISAs this CPU and OS can run, scalar first.");
     m.def("pack_b", &pack_b, nb::arg("b"), nb::arg("isa"), nb::rv_policy::take_ownership,
           "Pack B (k x n, any strides) for the fast GEMM of one ISA.");
-    m.def("gemm", &gemm, nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::kw_only(),
+    m.def("gemm", &gemm, nb::arg("a"), nb::arg("b"), nb::arg("out"),
           nb::arg("bias").none() = nb::none(), nb::arg("bias_axis") = "col",
           nb::arg("alpha") = 1.0f, nb::arg("activation") = "none", nb::arg("clip_min") = 0.0f,
           nb::arg("clip_max") = 0.0f, nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
           "out[rows] = act(alpha * a[rows] @ B + bias) with B packed by pack_b.");
     m.def("gemm_exact", &gemm_exact, nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("isa"),
-          nb::kw_only(), nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
+          nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
           "out[rows] = a[rows] @ b in the canonical exact order; NaN -> 0x7FC00000.");
     m.def("canonicalize_nan", &canonicalize_nan, nb::arg("x"),
           "Rewrite every NaN of x to 0x7FC00000 in place.");
