@@ -153,7 +153,9 @@ class NativeProduct(OpKernel):
         return functools.partial(_native.gemm_exact, a, b, out, self.isa, lo, hi)
 
 
-def _exact_copying_b(a: np.ndarray, b: np.ndarray, out: np.ndarray, isa: str, lo: int, hi: int):
+def _exact_copying_b(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, isa: str, lo: int, hi: int
+) -> None:
     _native.gemm_exact(a, np.ascontiguousarray(b), out, isa, lo, hi)
 
 
