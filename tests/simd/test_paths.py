@@ -263,3 +263,35 @@ def test_env_path_applies_only_to_sessions_with_kernel_paths(monkeypatch):
     monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "avx5l2")  # a typo still fails where paths exist
     with pytest.raises(graphrt.SessionError, match="unknown kernel path 'avx5l2'"):
         graphrt.Session(mlp())
+
+
+def _products_model() -> onnx.ModelProto:
+    """MatMul then Gemm (alpha, beta, a per-column C): only operators ops-simd replaces."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    wo = rng.standard_normal((10, 40)).astype(np.float32)
+    bo = rng.standard_normal(10).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Gemm", ["h", "wo", "bo"], ["y"], transB=1, alpha=0.5, beta=2.0),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[8, 24])],
+        [tensor("y", shape=[8, 10])],
+        [init("w", w), init("wo", wo), init("bo", bo)],
+    )
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_native_steady_state_allocates_no_array_data(path, mode, native_calls):
+    from tests.test_alloc import assert_no_numpy_allocation
+
+    sess = _session(_products_model(), path, mode=mode, intra_op_threads=2)
+    x = np.random.default_rng(0).standard_normal((8, 24)).astype(np.float32)
+    out = {"y": np.empty((8, 10), np.float32)}
+    for _ in range(3):
+        sess.run(None, {"x": x}, out=out)
+    assert native_calls["gemm_exact" if mode == "exact" else "gemm"] > 0
+    assert_no_numpy_allocation(lambda: sess.run(None, {"x": x}, out=out))
