@@ -465,6 +465,7 @@ def cmd_ops(args: argparse.Namespace, progress: Progress) -> int:
         shown += 1
     _print_table(rows)
     print(f"{shown} operator definition(s) from plugins: {', '.join(table.plugins) or 'none'}")
+    _print_paths(table)
     ties = _ties(table)
     if ties:
         print(f"ties ({len(ties)}): sessions using these operators fail until one plugin wins")
@@ -475,6 +476,27 @@ def cmd_ops(args: argparse.Namespace, progress: Progress) -> int:
         for name, why in sorted(failures.items()):
             print(f"  {name}: {why}")
     return 0
+
+
+def _print_paths(table: Any) -> None:
+    """The kernel paths of the installed plugins, and the one a session with "auto" gets."""
+    from graphrt.paths import BASE_PATH, ENV_VAR, choose_path, path_available
+
+    paths = sorted(table.paths, key=lambda p: -p.rank)
+    if not paths:
+        print(f"kernel paths: {BASE_PATH} only")
+        return
+    print("kernel paths:")
+    for p in paths:
+        state = "available" if path_available(p) else "not available on this machine"
+        ops = ", ".join(sorted(op for _, op in p.kernels))
+        print(f"  {p.name} (rank {p.rank}, plugin {p.plugin}): {state}; {ops}")
+    print(f"  {BASE_PATH}: always available (the operator table's own kernels)")
+    best = choose_path(list(table.paths), "auto")
+    print(f"auto picks: {best.name if best else BASE_PATH}")
+    forced = os.environ.get(ENV_VAR)
+    if forced:
+        print(f"{ENV_VAR}={forced}: sessions without kernel_path= use it")
 
 
 def _ties(table: Any) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from graphrt.errors import SessionError
 from graphrt.kernel import NodeInfo, OpKernel
 
-__all__ = ["BASE_PATH", "KernelPath", "choose_path"]
+__all__ = ["BASE_PATH", "KernelPath", "choose_path", "path_available"]
 
 #: The numpy kernels of the operator table itself: always present.
 BASE_PATH = "numpy"
@@ -35,16 +35,24 @@ class KernelPath:
 
 
 def choose_path(paths: list[KernelPath], requested: str | None) -> KernelPath | None:
-    """The path for a session: the forced one, or the best available; None means numpy."""
+    """The path for a session: the forced one, or the best available; None means numpy.
+
+    ``requested`` (the session option) wins over the environment variable.  The variable is a
+    process-wide default: it applies to sessions whose operator table has kernel paths, and a
+    session without any (``plugins=[]``, an allow-list without the native plugin) runs the
+    table's numpy kernels instead of failing.
+    """
+    if not requested and not paths and os.environ.get(ENV_VAR):
+        return None
     requested = requested or os.environ.get(ENV_VAR) or "auto"
     if requested == BASE_PATH:
         return None
     if requested == "auto":
-        usable = [p for p in paths if _safe_available(p)]
+        usable = [p for p in paths if path_available(p)]
         return max(usable, key=lambda p: p.rank) if usable else None
     for p in paths:
         if p.name == requested:
-            if not _safe_available(p):
+            if not path_available(p):
                 raise SessionError(
                     "unsupported", f"kernel path {requested!r} is not available on this machine"
                 )
@@ -55,7 +63,8 @@ def choose_path(paths: list[KernelPath], requested: str | None) -> KernelPath | 
     )
 
 
-def _safe_available(path: KernelPath) -> bool:
+def path_available(path: KernelPath) -> bool:
+    """Whether the path can run here; a hardware check that raises means "not available"."""
     try:
         return bool(path.available())
     except Exception:  # a broken hardware check means "not available", never a crash

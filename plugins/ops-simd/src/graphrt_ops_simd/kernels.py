@@ -1,0 +1,324 @@
+"""MatMul and Gemm on the native GEMM, falling back to the table's numpy kernel.
+
+A kernel here wraps the numpy kernel its path was given (``numpy_factory(node)``).  ``infer``
+first lets the numpy kernel validate and shape the node on a probe context (so errors and
+output types are the table's, word for word), then decides per plan:
+
+* exact mode, float32: the native exact GEMM (canonical order, bit-identical to
+  ``graphrt_ops_basic.matmul.exact_matmul``) for every MatMul and Gemm it can address;
+* fast mode, float32, constant B, products up to ``FAST_MAX_MACS[isa]`` multiply-adds: the
+  native packed GEMM with B packed once per plan and Gemm's alpha and bias folded into the
+  epilogue; numpy's BLAS wins on larger products (bench/gemm_micro.py,
+  plugins/ops-simd/README.md), so those stay on the numpy kernel;
+* anything else (other dtypes, run-time B in fast mode, ...): the numpy kernel, planned on the
+  real context as if this wrapper did not exist.
+
+Rows are split into blocks of ROW_BLOCK for the intra-op threads; the count depends on shapes
+only, and a row's arithmetic never depends on its block, so results do not depend on threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+
+from . import _native
+
+#: Rows per block when a product is split over intra-op threads (as in ops-basic).
+ROW_BLOCK = 64
+#: Multiply-adds from which a product is split over the intra-op threads.
+PARALLEL_THRESHOLD = 1 << 21
+#: Fast mode uses a path's native GEMM up to this many multiply-adds (a constant B packed once
+#: per plan); above it numpy's BLAS (OpenBLAS) was as fast or faster on every measured shape
+#: (plugins/ops-simd/README.md).  The scalar kernels never beat BLAS: that path is for exact
+#: mode, and its fast mode keeps numpy's products.
+FAST_MAX_MACS = {"scalar": 0, "avx2": 1 << 14, "avx512": 1 << 13}
+F32 = np.dtype(np.float32)
+
+NumpyFactory = Callable[[NodeInfo], OpKernel]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What a native step needs; any other ``ctx.prepared`` belongs to the numpy kernel."""
+
+    exact: bool
+    a_shape: tuple[int, ...]  # A as the product reads it (MatMul: rank >= 2, batch broadcast)
+    b_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]  # rank >= 2
+    pairs: tuple[tuple[int, int], ...]  # (A batch index, B batch index) per output batch
+    rows_flat: bool  # B is one matrix: A's batch rows are one (batch*M, K) matrix
+    blocks: int  # row blocks of the flattened product
+    packed: Any = None  # _native.PackedB of a constant B (fast mode)
+    b_const: np.ndarray | None = None  # a constant B, C-contiguous (exact mode)
+    bias: np.ndarray | None = None  # Gemm fast mode: beta*C as a per-column or per-row vector
+    bias_axis: str = "col"
+    alpha: float = 1.0  # Gemm fast mode: in the epilogue
+    alpha_arr: np.ndarray | None = None  # Gemm exact mode: y = y * alpha (skipped when 1)
+    c_scaled: np.ndarray | None = None  # Gemm: beta*C added after the product (numpy)
+    c_in_epilogue: bool = False
+
+
+def probe(kernel: OpKernel, ctx: InferContext) -> tuple[np.dtype, tuple[int, ...]]:
+    """Run the numpy kernel's ``infer`` on a copy of ``ctx``: its checks, its output type."""
+    n = ctx.num_inputs
+    trial = InferContext(
+        [ctx.dtype(i) for i in range(n)],
+        [ctx.shape(i) for i in range(n)],
+        [ctx.known_value(i) for i in range(n)],
+        ctx.num_outputs,
+        exact=ctx.exact,
+    )
+    kernel.infer(trial)
+    return trial.output_types()[0]
+
+
+class NativeProduct(OpKernel):
+    """Shared run/bind of MatMul and Gemm: the native product, or the numpy kernel's steps."""
+
+    supports_exact = True  # exact mode runs the canonical-order native kernel (or numpy's)
+
+    def __init__(self, node: NodeInfo, numpy_factory: NumpyFactory, isa: str) -> None:
+        super().__init__(node)
+        self.base = numpy_factory(node)
+        self.isa = isa
+
+    def fallback(self, ctx: InferContext) -> None:
+        self.base.infer(ctx)
+
+    def bind(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        """Every call of one run, on views made once per run state (a list of native calls)."""
+        p = ctx.prepared
+        if not isinstance(p, _Plan):
+            return self.base.bind(ctx, inputs, outputs)
+        a, b = self.operands(p, inputs)
+        out = outputs[0].reshape(p.out_shape)
+        m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
+        if p.rows_flat:  # explicit extents: reshape(-1, 0) is ambiguous when K or N is 0
+            rows = math.prod(p.a_shape[:-1])
+            a2, out2 = a.reshape(rows, k), out.reshape(rows, n)
+            b2 = None if b is None else b.reshape(k, n)
+            bounds = [(i * ROW_BLOCK, min(rows, (i + 1) * ROW_BLOCK)) for i in range(p.blocks)]
+            if p.blocks == 1:
+                bounds = [(0, rows)]
+            parts = [self._call(p, a2, b2, out2, lo, hi) for lo, hi in bounds]
+        else:
+            a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
+            b3 = b.reshape(math.prod(p.b_shape[:-2]), k, n)
+            out3 = out.reshape(len(p.pairs), m, n)
+            parts = [
+                self._call(p, a3[ia], b3[ib], out3[i], 0, m) for i, (ia, ib) in enumerate(p.pairs)
+            ]
+        calls: list[Callable[[], Any]] = []
+        if len(parts) == 1:
+            calls.append(parts[0])
+        elif parts:
+            calls.append(functools.partial(ctx.parallel_for, len(parts), _indexed(parts)))
+        calls += self.epilogue(p, inputs, outputs[0])
+        return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if isinstance(ctx.prepared, _Plan):
+            self.bind(ctx, inputs, outputs)()
+        else:
+            self.base.run(ctx, inputs, outputs)
+
+    def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def epilogue(self, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> list[Callable[[], Any]]:
+        """The calls that follow the product (Gemm's numpy epilogue)."""
+        return []
+
+    def _call(
+        self, p: _Plan, a: np.ndarray, b: np.ndarray | None, out: np.ndarray, lo: int, hi: int
+    ) -> Callable[[], Any]:
+        """One native call on rows [lo, hi), all arguments positional (the cheapest call)."""
+        if not p.exact:
+            return functools.partial(
+                _native.gemm, a, p.packed, out, p.bias, p.bias_axis, p.alpha, "none", 0.0, 0.0,
+                lo, hi,
+            )  # fmt: skip
+        if b.shape[1] > 1 and b.strides[1] != 4:  # never a slab value; copied per run anyway
+            return functools.partial(_exact_copying_b, a, b, out, self.isa, lo, hi)
+        return functools.partial(_native.gemm_exact, a, b, out, self.isa, lo, hi)
+
+
+def _exact_copying_b(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray, isa: str, lo: int, hi: int
+) -> None:
+    _native.gemm_exact(a, np.ascontiguousarray(b), out, isa, lo, hi)
+
+
+def _indexed(parts: list[Callable[[], Any]]) -> Callable[[int], None]:
+    def one(i: int) -> None:
+        parts[i]()
+
+    return one
+
+
+def _call_all(calls: list[Callable[[], Any]]) -> None:
+    for f in calls:
+        f()
+
+
+def _blocks(rows: int, macs: int) -> int:
+    if macs >= PARALLEL_THRESHOLD and rows > ROW_BLOCK:
+        return -(-rows // ROW_BLOCK)
+    return 1
+
+
+class MatMul(NativeProduct):
+    """numpy matmul semantics (1-D operands promoted and squeezed, batch dims broadcast)."""
+
+    def infer(self, ctx: InferContext) -> None:
+        dtype, out = probe(self.base, ctx)
+        if dtype != F32 or ctx.dtype(1) != F32:
+            return self.fallback(ctx)
+        a, b = ctx.shape(0), ctx.shape(1)
+        a2 = (1, *a) if len(a) == 1 else a
+        b2 = (*b, 1) if len(b) == 1 else b
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+        full = (*batch, a2[-2], b2[-1])
+        m, k, n = a2[-2], a2[-1], b2[-1]
+        macs = math.prod(full) * max(k, 1)
+        b_value = ctx.known_value(1)
+        rows_flat = len(b2) == 2
+        if not ctx.exact and (
+            b_value is None or not rows_flat or macs > FAST_MAX_MACS.get(self.isa, 0)
+        ):
+            return self.fallback(ctx)
+        ctx.set_output(0, dtype, out)
+        pairs = _batch_pairs(a2[:-2], b2[:-2], batch) if not rows_flat else ()
+        rows = math.prod(a2[:-1]) if rows_flat else m
+        plan = _Plan(
+            exact=ctx.exact,
+            a_shape=a2,
+            b_shape=b2,
+            out_shape=full,
+            pairs=pairs,
+            rows_flat=rows_flat,
+            blocks=_blocks(rows, macs) if rows_flat else 1,
+        )
+        if ctx.exact:
+            if b_value is not None:
+                plan = dataclasses.replace(
+                    plan, b_const=np.ascontiguousarray(b_value.reshape(b2), dtype=F32)
+                )
+        else:
+            plan = dataclasses.replace(plan, packed=_native.pack_b(b_value.reshape(k, n), self.isa))
+        ctx.prepared = plan
+
+    def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        a = inputs[0].reshape(p.a_shape)
+        if p.packed is not None:
+            return a, None
+        b = p.b_const if p.b_const is not None else inputs[1].reshape(p.b_shape)
+        return a, b
+
+
+def _batch_pairs(
+    a_batch: tuple[int, ...], b_batch: tuple[int, ...], batch: tuple[int, ...]
+) -> tuple[tuple[int, int], ...]:
+    """For each output batch element (C order): the flat batch index of A and of B."""
+    ia = np.broadcast_to(np.arange(math.prod(a_batch)).reshape(a_batch), batch).ravel()
+    ib = np.broadcast_to(np.arange(math.prod(b_batch)).reshape(b_batch), batch).ravel()
+    return tuple(zip(ia.tolist(), ib.tolist()))
+
+
+class Gemm(NativeProduct):
+    """Y = alpha * A' @ B' + beta * C; exact mode keeps ops-basic's separate numpy epilogue."""
+
+    def infer(self, ctx: InferContext) -> None:
+        dtype, (m, n) = probe(self.base, ctx)
+        present = [i for i in range(ctx.num_inputs) if ctx.has_input(i)]
+        if any(ctx.dtype(i) != F32 for i in present):
+            return self.fallback(ctx)
+        ta, tb = self.node.attr("transA", 0), self.node.attr("transB", 0)
+        k = ctx.shape(0)[0] if ta else ctx.shape(0)[1]
+        macs = m * n * max(k, 1)
+        b_value = ctx.known_value(1)
+        if ctx.exact and b_value is None and tb:
+            return self.fallback(ctx)  # the exact kernel reads rows of B'; B.T has none
+        if not ctx.exact and (b_value is None or macs > FAST_MAX_MACS.get(self.isa, 0)):
+            return self.fallback(ctx)
+        ctx.set_output(0, dtype, (m, n))
+        alpha = F32.type(self.node.attr("alpha", 1.0))
+        beta = F32.type(self.node.attr("beta", 1.0))
+        c_value = ctx.known_value(2) if ctx.has_input(2) else None
+        c_scaled = None
+        if c_value is not None:
+            c_scaled = c_value if beta == 1 else np.multiply(c_value, beta).astype(F32)
+        plan = _Plan(
+            exact=ctx.exact,
+            a_shape=(m, k),
+            b_shape=(k, n),
+            out_shape=(m, n),
+            pairs=(),
+            rows_flat=True,
+            blocks=_blocks(m, macs),
+            c_scaled=c_scaled,
+        )
+        b_mat = None if b_value is None else (b_value.T if tb else b_value)
+        if ctx.exact:
+            alpha_arr = np.array(alpha, F32) if alpha != 1 else None
+            b_const = None if b_mat is None else np.ascontiguousarray(b_mat, dtype=F32)
+            plan = dataclasses.replace(plan, alpha_arr=alpha_arr, b_const=b_const)
+        else:
+            bias, axis = _bias_vector(c_scaled, m, n)
+            plan = dataclasses.replace(
+                plan,
+                packed=_native.pack_b(b_mat, self.isa),
+                alpha=float(alpha),
+                bias=bias,
+                bias_axis=axis,
+                c_in_epilogue=bias is not None,
+            )
+        ctx.prepared = plan
+
+    def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
+        if p.packed is not None:
+            return a, None
+        return a, (p.b_const if p.b_const is not None else inputs[1])
+
+    def epilogue(self, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> list[Callable[[], Any]]:
+        calls: list[Callable[[], Any]] = []
+        if p.alpha_arr is not None:
+            calls.append(functools.partial(np.multiply, y, p.alpha_arr, out=y))
+        has_c = len(inputs) > 2 and inputs[2] is not None
+        if has_c and not p.c_in_epilogue:
+            beta = F32.type(self.node.attr("beta", 1.0))
+            if p.c_scaled is not None:
+                calls.append(functools.partial(np.add, y, p.c_scaled, out=y))
+            elif beta == 1:
+                calls.append(functools.partial(np.add, y, inputs[2], out=y))
+            else:  # a run-time C: beta*C per run, as ops-basic computes it
+                calls.append(functools.partial(_add_scaled, y, inputs[2], beta))
+        if p.exact and calls:
+            calls.append(functools.partial(_native.canonicalize_nan, y))
+        return calls
+
+
+def _add_scaled(y: np.ndarray, c: np.ndarray, beta: np.floating) -> None:
+    np.add(y, np.multiply(c, beta), out=y)
+
+
+def _bias_vector(c: np.ndarray | None, m: int, n: int) -> tuple[np.ndarray | None, str]:
+    """beta*C as the epilogue's per-column or per-row vector, when its shape allows."""
+    if c is None:
+        return None, "col"
+    if c.ndim <= 1 or (c.ndim == 2 and c.shape[0] == 1):
+        return np.ascontiguousarray(np.broadcast_to(c.reshape(-1), (n,)), dtype=F32), "col"
+    if c.shape == (m, 1):
+        return np.ascontiguousarray(c.reshape(m), dtype=F32), "row"
+    return None, "col"

@@ -1,0 +1,50 @@
+"""The hook implementations graphrt finds through this package's entry point.
+
+Three kernel paths, one per instruction set; the session picks the best available one ("auto")
+or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from graphrt import hookimpl
+from graphrt.kernel import NodeInfo, OpKernel
+from graphrt.paths import KernelPath
+
+from . import _native
+from .kernels import Gemm, MatMul, NumpyFactory
+
+#: (path name, rank); the name is also the native ISA the path's kernels call.
+PATHS = (("scalar", 10), ("avx2", 20), ("avx512", 30))
+
+
+def isa_available(isa: str) -> bool:
+    """Whether this CPU and OS can run ``isa`` (checked natively, once per call)."""
+    return isa in _native.available_isas()
+
+
+def _factory(cls: type, isa: str) -> Callable[[NodeInfo, NumpyFactory], OpKernel]:
+    def make(node: NodeInfo, numpy_factory: NumpyFactory) -> OpKernel:
+        return cls(node, numpy_factory, isa)
+
+    make.__name__ = f"{cls.__name__}_{isa}"
+    return make
+
+
+def kernel_paths() -> list[KernelPath]:
+    return [
+        KernelPath(
+            name=isa,
+            rank=rank,
+            available=functools.partial(isa_available, isa),
+            kernels={("", "MatMul"): _factory(MatMul, isa), ("", "Gemm"): _factory(Gemm, isa)},
+        )
+        for isa, rank in PATHS
+    ]
+
+
+@hookimpl
+def graphrt_kernel_paths() -> list[KernelPath]:
+    return kernel_paths()

@@ -1,0 +1,26 @@
+// AVX2 + FMA kernels, compiled with -mavx2 -mfma; called only after the CPU and OS checks.
+// The fast micro-kernel uses explicit FMA intrinsics; the exact kernel multiplies and adds
+// separately.
+#include <immintrin.h>
+
+#include "kernels.h"
+#include "vec_x86.h"
+
+namespace graphrt_simd {
+namespace avx2 {
+
+// 6 x 16 tile: 12 accumulators, 2 B vectors and one broadcast in the 16 ymm registers.
+constexpr int MR = 6;
+constexpr int NR = 16;
+constexpr int ER = 4;
+constexpr int EU = 2;
+
+GRAPHRT_SIMD_X86_VEC(__m256, 8, _mm256);
+
+#include "gemm_driver.inc"
+
+}  // namespace avx2
+
+const IsaKernels avx2_kernels = avx2::make_table("avx2");
+
+}  // namespace graphrt_simd

@@ -1,0 +1,26 @@
+// AVX-512 kernels (F, DQ, BW, VL), compiled with their -m flags; called only after the CPU and
+// OS checks.  The fast micro-kernel uses explicit FMA intrinsics; the exact kernel multiplies
+// and adds separately.
+#include <immintrin.h>
+
+#include "kernels.h"
+#include "vec_x86.h"
+
+namespace graphrt_simd {
+namespace avx512 {
+
+// 12 x 32 tile: 24 accumulators, 2 B vectors and one broadcast in the 32 zmm registers.
+constexpr int MR = 12;
+constexpr int NR = 32;
+constexpr int ER = 4;
+constexpr int EU = 2;
+
+GRAPHRT_SIMD_X86_VEC(__m512, 16, _mm512);
+
+#include "gemm_driver.inc"
+
+}  // namespace avx512
+
+const IsaKernels avx512_kernels = avx512::make_table("avx512");
+
+}  // namespace graphrt_simd

@@ -1,0 +1,34 @@
+"""What the tests of graphrt-ops-simd share: the module (or a skip) and reference products."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+simd = pytest.importorskip(
+    "graphrt_ops_simd",
+    reason="graphrt-ops-simd is not installed (pip install -e ./plugins/ops-simd)",
+)
+
+from graphrt_ops_basic.matmul import exact_matmul  # noqa: E402
+
+ISAS = simd.available_isas()
+ALL_PATHS = ("scalar", "avx2", "avx512")
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(np.uint32)
+
+
+def exact_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ops-basic's canonical product with NaN rewritten to 0x7FC00000."""
+    out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    exact_matmul(a, b, out, np.empty_like(out))
+    out[np.isnan(out)] = np.float32(np.nan)
+    return out
+
+
+def path_or_skip(name: str) -> str:
+    if name not in ISAS:
+        pytest.skip(f"kernel path {name!r} is not available on this CPU/OS")
+    return name

@@ -1,0 +1,146 @@
+"""The native entry points against numpy: exact bit for bit, fast within tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.simd._simd import ALL_PATHS, ISAS, bits, exact_reference, path_or_skip, simd
+
+SIZES = [1, 7, 17, 64, 65]
+SHAPES = [(m, k, n) for m in SIZES for k in (0, 1, 17, 65) for n in SIZES if (m + k + n) % 3 != 1]
+SHAPES += [(1, 300, 1), (3, 257, 40), (33, 520, 70), (130, 64, 130)]
+
+
+def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _case(isa: str, seed: int, m: int, k: int, n: int):
+    """A and B drawn for this shape, and an output filled with garbage (NaN)."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(seed)
+    return _rand(rng, m, k), _rand(rng, k, n), np.full((m, n), np.nan, np.float32)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(("m", "k", "n"), SHAPES)
+def test_exact_is_bit_identical_to_exact_matmul(isa, m, k, n):
+    a, b, out = _case(isa, m * 10007 + k * 101 + n, m, k, n)
+    simd.gemm_exact(a, b, out, isa)
+    np.testing.assert_array_equal(bits(out), bits(exact_reference(a, b)))
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+def test_exact_special_values_and_strides(isa):
+    """NaN (any payload), infinities, signed zeros, subnormals; A transposed, B a row slice."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(5)
+    at = _rand(rng, 40, 23)  # A = at.T: column stride != 1
+    b_big = _rand(rng, 40, 90)
+    at[3, 4] = np.nan
+    at[5, 6] = np.inf
+    at[7, :] = -0.0
+    b_big[2, 10] = np.float32(1e-40)  # subnormal
+    b_big[9, 11] = -np.inf
+    at.view(np.uint32)[8, 9] = 0x7FA00001  # a signalling NaN payload
+    a, b = at.T, b_big[:, 5:76]
+    out = np.empty((23, 71), np.float32)
+    simd.gemm_exact(a, b, out, isa)
+    with np.errstate(invalid="ignore"):  # inf * 0 and NaN terms are the point of the test
+        ref = exact_reference(np.ascontiguousarray(a), np.ascontiguousarray(b))
+    np.testing.assert_array_equal(bits(out), bits(ref))
+    assert set(bits(out)[np.isnan(out)].tolist()) == {0x7FC00000}
+
+
+def test_exact_paths_agree_and_rows_split_freely():
+    rng = np.random.default_rng(11)
+    a, b = _rand(rng, 150, 333), _rand(rng, 333, 77)
+    whole = {}
+    for isa in ISAS:
+        out = np.empty((150, 77), np.float32)
+        simd.gemm_exact(a, b, out, isa)
+        whole[isa] = bits(out)
+        split = np.empty_like(out)
+        for lo, hi in [(0, 1), (1, 64), (64, 149), (149, 150)]:
+            simd.gemm_exact(a, b, split, isa, row_begin=lo, row_end=hi)
+        np.testing.assert_array_equal(bits(split), whole[isa])
+    for isa in ISAS:
+        np.testing.assert_array_equal(whole[isa], whole["scalar"])
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(("m", "k", "n"), SHAPES)
+def test_fast_matches_numpy(isa, m, k, n):
+    a, b, out = _case(isa, m * 7 + k * 13 + n, m, k, n)
+    simd.gemm(a, simd.pack_b(b, isa), out)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.sqrt(max(k, 1)))
+
+
+def _epilogue_reference(a, b, alpha, bias, axis, act, lo, hi):
+    y = alpha * (a.astype(np.float64) @ b.astype(np.float64))
+    if bias is not None:
+        y = y + (bias[None, :] if axis == "col" else bias[:, None])
+    if act == "relu":
+        y = np.maximum(y, 0)
+    elif act == "clip":
+        y = np.clip(y, lo, hi)
+    elif act == "sigmoid":
+        y = 1 / (1 + np.exp(-y))
+    return y
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("act", ["none", "relu", "clip", "sigmoid"])
+@pytest.mark.parametrize("axis", [None, "col", "row"])
+def test_fast_epilogues(isa, act, axis):
+    path_or_skip(isa)
+    rng = np.random.default_rng(3)
+    m, k, n = 37, 300, 45  # two depth blocks: the epilogue runs once, after the last
+    a, b = _rand(rng, m, k), _rand(rng, k, n)
+    bias = None if axis is None else _rand(rng, n if axis == "col" else m)
+    out = np.empty((m, n), np.float32)
+    kw = {"bias": bias, "bias_axis": axis or "col", "alpha": 0.25, "activation": act}
+    simd.gemm(a, simd.pack_b(b, isa), out, clip_min=-1.5, clip_max=2.0, **kw)
+    ref = _epilogue_reference(a, b, 0.25, bias, axis, act, -1.5, 2.0)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+def test_fast_rows_split_gives_the_same_bits(isa):
+    """Row ranges are the thread split: they must not change a single bit."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(8)
+    a, b = _rand(rng, 131, 600), _rand(rng, 600, 70)
+    packed = simd.pack_b(b, isa)
+    whole, split = np.empty((131, 70), np.float32), np.empty((131, 70), np.float32)
+    simd.gemm(a, packed, whole, activation="relu")
+    for lo in range(0, 131, 64):
+        simd.gemm(a, packed, split, activation="relu", row_begin=lo, row_end=min(131, lo + 64))
+    np.testing.assert_array_equal(bits(split), bits(whole))
+
+
+def test_fast_paths_agree_within_tolerance_and_repack():
+    rng = np.random.default_rng(9)
+    a, b, b2 = _rand(rng, 50, 129), _rand(rng, 129, 33), _rand(rng, 129, 33)
+    outs = {}
+    for isa in ISAS:
+        packed = simd.pack_b(b, isa)
+        assert (packed.k, packed.n, packed.isa) == (129, 33, isa)
+        outs[isa] = np.empty((50, 33), np.float32)
+        packed.repack(b2)
+        simd.gemm(a, packed, outs[isa])
+    for isa in ISAS:
+        np.testing.assert_allclose(outs[isa], outs["scalar"], rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(outs[isa], a @ b2, rtol=1e-5, atol=1e-4)
+
+
+def test_pack_b_reads_any_strides():
+    rng = np.random.default_rng(10)
+    big = _rand(rng, 80, 90)
+    b = big[::-2, 3::3].T  # negative and non-unit strides
+    a = _rand(rng, 9, b.shape[0])
+    out = np.empty((9, b.shape[1]), np.float32)
+    simd.gemm(a, simd.pack_b(b, "scalar"), out)
+    np.testing.assert_allclose(out, a @ np.ascontiguousarray(b), rtol=1e-5, atol=1e-4)

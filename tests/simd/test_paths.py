@@ -1,0 +1,297 @@
+"""The kernel paths in sessions: exact bits everywhere, fast close, fallbacks, refusals."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphrt
+from graphrt.cli import main
+from tests._models import init, make_model, mlp, tensor
+from tests.simd._simd import ALL_PATHS, ISAS, bits, path_or_skip, simd
+
+PATHS = ("numpy", *ALL_PATHS)
+
+
+@pytest.fixture
+def native_calls(monkeypatch) -> collections.Counter:
+    """Counts the native GEMM calls; fast mode takes the native GEMM for every size."""
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(kernels, "FAST_MAX_MACS", dict.fromkeys(ALL_PATHS, 1 << 40))
+    calls: collections.Counter = collections.Counter()
+    real = {name: getattr(kernels._native, name) for name in ("gemm", "gemm_exact")}
+
+    def counter(name: str):
+        def counted(*args, **kw):
+            calls[name] += 1
+            return real[name](*args, **kw)
+
+        return counted
+
+    for name in real:
+        monkeypatch.setattr(kernels._native, name, counter(name))
+    return calls
+
+
+def _session(model: onnx.ModelProto, path: str, **kw) -> graphrt.Session:
+    if path != "numpy":
+        path_or_skip(path)
+    return graphrt.Session(model, kernel_path=path, **kw)
+
+
+def test_plugin_provides_the_three_paths_ranked():
+    from graphrt_ops_simd.plugin import kernel_paths
+
+    paths = {p.name: p for p in kernel_paths()}
+    assert {n: p.rank for n, p in paths.items()} == {"scalar": 10, "avx2": 20, "avx512": 30}
+    for name, p in paths.items():
+        assert p.available() == (name in ISAS)
+        assert set(p.kernels) == {("", "MatMul"), ("", "Gemm")}
+    assert graphrt.Session(mlp(), kernel_path="auto").kernel_path == ISAS[-1]  # the best
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("path", PATHS)
+def test_exact_mlp_is_bit_identical_on_every_path(path, threads):
+    model = mlp(hidden=(200, 130), n_in=70, n_out=33)
+    x = np.random.default_rng(1).standard_normal((150, 70)).astype(np.float32)
+    x[3, 5] = np.nan
+    ref = graphrt.Session(model, mode="exact", kernel_path="numpy", intra_op_threads=1)
+    want = ref.run(None, {"x": x})[0]
+    with _session(model, path, mode="exact", intra_op_threads=threads) as sess:
+        assert sess.kernel_path == path
+        got = sess.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(bits(got), bits(want))
+    assert np.isnan(got).any()
+
+
+def _gemm_model(ta: int, tb: int, c_shape, alpha: float, beta: float, const_b: bool):
+    rng = np.random.default_rng(4)
+    m, k, n = 19, 37, 23
+    a_shape = (k, m) if ta else (m, k)
+    b_shape = (n, k) if tb else (k, n)
+    inits = [init("c", rng.standard_normal(c_shape).astype(np.float32))] if c_shape else []
+    inputs = [tensor("a", shape=list(a_shape))]
+    if const_b:
+        inits.append(init("b", rng.standard_normal(b_shape).astype(np.float32)))
+    else:
+        inputs.append(tensor("b", shape=list(b_shape)))
+    node = helper.make_node(
+        "Gemm",
+        ["a", "b", "c"] if c_shape else ["a", "b"],
+        ["y"],
+        transA=ta,
+        transB=tb,
+        alpha=alpha,
+        beta=beta,
+    )
+    model = make_model([node], inputs, [tensor("y", shape=[m, n])], inits)
+    feed = {"a": rng.standard_normal(a_shape).astype(np.float32)}
+    if not const_b:
+        feed["b"] = rng.standard_normal(b_shape).astype(np.float32)
+    return model, feed
+
+
+GEMM_CASES = [
+    (0, 0, (23,), 1.0, 1.0, True),
+    (1, 0, (1, 23), 0.5, 2.0, True),
+    (0, 1, (19, 1), 1.5, -1.0, True),
+    (1, 1, (19, 23), 1.0, 0.25, True),
+    (0, 0, (), 2.0, 3.0, False),
+    (0, 1, (23,), 1.0, 1.0, False),
+    (1, 0, None, 0.75, 1.0, True),
+]
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: "ta{}tb{}c{}a{}b{}k{}".format(*c))
+def test_gemm_exact_bits_and_fast_values(path, case, native_calls):
+    model, feed = _gemm_model(*case)
+    for mode in ("exact", "fast"):
+        want = graphrt.Session(model, mode=mode, kernel_path="numpy").run(None, feed)[0]
+        native_calls.clear()
+        got = _session(model, path, mode=mode).run(None, feed)[0]
+        if mode == "exact":
+            np.testing.assert_array_equal(bits(got), bits(want))
+            transposed_run_time_b = case[1] and not case[5]  # the one exact fallback
+            assert (native_calls["gemm_exact"] > 0) != transposed_run_time_b
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            assert (native_calls["gemm"] > 0) == case[5]  # native for a constant B
+
+
+def _matmul_model(a_shape, b_shape, const_b: bool, dtype=TensorProto.FLOAT):
+    rng = np.random.default_rng(6)
+    npdt = helper.tensor_dtype_to_np_dtype(dtype)
+    b = rng.standard_normal(b_shape).astype(npdt)
+    inputs = [tensor("a", dtype, shape=list(a_shape))]
+    inits = [init("b", b)] if const_b else []
+    if not const_b:
+        inputs.append(tensor("b", dtype, shape=list(b_shape)))
+    model = make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        inputs,
+        [helper.make_tensor_value_info("y", dtype, None)],
+        inits,
+    )
+    feed = {"a": rng.standard_normal(a_shape).astype(npdt)}
+    if not const_b:
+        feed["b"] = b
+    return model, feed
+
+
+MATMUL_CASES = [
+    ((7, 17), (17, 65), True),
+    ((3, 5, 17), (17, 9), True),  # batch rows flattened onto one B
+    ((2, 1, 5, 8), (3, 8, 4), False),  # broadcast batch dims
+    ((4, 6), (2, 6, 3), True),
+    ((9,), (9, 4), True),  # 1-D operands
+    ((2, 9), (9,), False),
+    ((65, 0), (0, 7), False),  # K = 0
+    ((300, 64), (64, 70), True),  # several row blocks for the threads
+]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("case", MATMUL_CASES, ids=str)
+def test_matmul_exact_bits_and_fast_values(path, case, threads, native_calls):
+    model, feed = _matmul_model(*case)
+    for mode in ("exact", "fast"):
+        want = graphrt.Session(model, mode=mode, kernel_path="numpy").run(None, feed)[0]
+        native_calls.clear()
+        got = _session(model, path, mode=mode, intra_op_threads=threads).run(None, feed)[0]
+        assert got.shape == want.shape
+        if mode == "exact":
+            np.testing.assert_array_equal(bits(got), bits(want))
+            assert native_calls["gemm_exact"] > 0
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            native = case[2] and len(case[1]) == 2  # a constant matrix B
+            assert (native_calls["gemm"] > 0) == native
+
+
+def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
+    """Default thresholds: a large product stays on numpy, a tiny one runs natively."""
+    import graphrt_ops_simd.kernels as kernels
+
+    calls = []
+    real = kernels._native.gemm
+    monkeypatch.setattr(kernels._native, "gemm", lambda *a, **kw: (calls.append(1), real(*a, **kw)))
+    for shape, small in (((4, 24), True), ((128, 256), False)):
+        model, feed = _matmul_model(shape, (shape[1], 32), True)
+        for path in ALL_PATHS:
+            if path not in ISAS:
+                continue
+            calls.clear()
+            _session(model, path).run(None, feed)
+            assert bool(calls) == (small and kernels.FAST_MAX_MACS[path] >= 4 * 24 * 32), path
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_other_dtypes_fall_back_to_numpy(path):
+    model, feed = _matmul_model((5, 6), (6, 7), True, TensorProto.DOUBLE)
+    for mode in ("exact", "fast"):
+        want = graphrt.Session(model, mode=mode, kernel_path="numpy").run(None, feed)[0]
+        got = _session(model, path, mode=mode).run(None, feed)[0]
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, want)
+
+
+def test_shape_errors_are_the_tables_own():
+    model, _ = _matmul_model((5, 6), (6, 7), False)
+    feed = {"a": np.ones((5, 6), np.float32), "b": np.ones((5, 7), np.float32)}
+    messages = []
+    for path in ("numpy", ISAS[-1]):
+        with pytest.raises(graphrt.SessionError) as info:
+            graphrt.Session(model, kernel_path=path).run(None, feed)
+        messages.append((info.value.kind, str(info.value)))
+    assert messages[0] == messages[1]
+    assert messages[0][0] == "invalid_input"
+
+
+def test_forcing_an_unavailable_path_is_unsupported(monkeypatch):
+    import graphrt_ops_simd.plugin as plugin
+
+    monkeypatch.setattr(plugin._native, "available_isas", lambda: ["scalar"])
+    for name in ("avx2", "avx512"):
+        with pytest.raises(graphrt.SessionError) as info:
+            graphrt.Session(mlp(), kernel_path=name)
+        assert info.value.kind == "unsupported"
+        assert name in str(info.value)
+    auto = graphrt.Session(mlp(), kernel_path="auto")
+    assert auto.kernel_path == "scalar"  # auto skips what is not available
+    monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "avx512")
+    with pytest.raises(graphrt.SessionError) as info:
+        graphrt.Session(mlp())
+    assert info.value.kind == "unsupported"
+
+
+def test_native_refuses_an_unavailable_isa(monkeypatch):
+    missing = [isa for isa in ALL_PATHS if isa not in ISAS]
+    if not missing:
+        pytest.skip("every ISA is available on this machine; nothing to refuse")
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="not available"):
+        simd.gemm_exact(a, a, np.empty((2, 2), np.float32), missing[0])
+    with pytest.raises(ValueError, match="not available"):
+        simd.pack_b(a, missing[0])
+
+
+def test_cli_ops_shows_paths_and_the_auto_choice(capsys):
+    assert main(["ops", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "kernel paths:" in out
+    for name in ALL_PATHS:
+        state = "available" if name in ISAS else "not available"
+        assert f"  {name} (rank" in out and state in out
+    assert f"auto picks: {ISAS[-1]}" in out
+
+
+def test_env_path_applies_only_to_sessions_with_kernel_paths(monkeypatch):
+    monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "scalar")
+    assert graphrt.Session(mlp()).kernel_path == "scalar"
+    assert graphrt.Session(mlp(), plugins=["ops-basic"]).kernel_path == "numpy"
+    with pytest.raises(graphrt.SessionError) as info:  # the option itself is never ignored
+        graphrt.Session(mlp(), plugins=["ops-basic"], kernel_path="scalar")
+    assert info.value.kind == "unsupported"
+    monkeypatch.setenv("GRAPHRT_KERNEL_PATH", "avx5l2")  # a typo still fails where paths exist
+    with pytest.raises(graphrt.SessionError, match="unknown kernel path 'avx5l2'"):
+        graphrt.Session(mlp())
+
+
+def _products_model() -> onnx.ModelProto:
+    """MatMul then Gemm (alpha, beta, a per-column C): only operators ops-simd replaces."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    wo = rng.standard_normal((10, 40)).astype(np.float32)
+    bo = rng.standard_normal(10).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Gemm", ["h", "wo", "bo"], ["y"], transB=1, alpha=0.5, beta=2.0),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[8, 24])],
+        [tensor("y", shape=[8, 10])],
+        [init("w", w), init("wo", wo), init("bo", bo)],
+    )
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_native_steady_state_allocates_no_array_data(path, mode, native_calls):
+    from tests.test_alloc import assert_no_numpy_allocation
+
+    sess = _session(_products_model(), path, mode=mode, intra_op_threads=2)
+    x = np.random.default_rng(0).standard_normal((8, 24)).astype(np.float32)
+    out = {"y": np.empty((8, 10), np.float32)}
+    for _ in range(3):
+        sess.run(None, {"x": x}, out=out)
+    assert native_calls["gemm_exact" if mode == "exact" else "gemm"] > 0
+    assert_no_numpy_allocation(lambda: sess.run(None, {"x": x}, out=out))
