@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import graphrt
 from graphrt.cli import main
-from tests._models import init, make_model, mlp, tensor
+from tests._models import init, make_model, mlp, small_cnn, tensor
 from tests.simd._simd import ALL_PATHS, ISAS, bits, path_or_skip, simd
 
 PATHS = ("numpy", *ALL_PATHS)
@@ -68,6 +68,21 @@ def test_exact_mlp_is_bit_identical_on_every_path(path, threads):
         got = sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(bits(got), bits(want))
     assert np.isnan(got).any()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("path", PATHS)
+def test_exact_cnn_is_bit_identical_on_every_path(path, threads):
+    """Conv (exact numpy path), BatchNormalization, pools, Relu and the Gemm head (native)."""
+    model = small_cnn(seed=3)
+    x = np.random.default_rng(2).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    ref = graphrt.Session(model, mode="exact", kernel_path="numpy", intra_op_threads=1)
+    want = ref.run(None, {"x": x})[0]
+    with _session(model, path, mode="exact", intra_op_threads=threads) as sess:
+        got = sess.run(None, {"x": x})[0]
+        again = sess.run(None, {"x": x})[0]  # a reused plan and run state
+    np.testing.assert_array_equal(bits(got), bits(want))
+    np.testing.assert_array_equal(bits(again), bits(want))
 
 
 def _gemm_model(ta: int, tb: int, c_shape, alpha: float, beta: float, const_b: bool):
