@@ -1,0 +1,85 @@
+"""graphrt (auto kernel path and numpy-only) against onnxruntime, timed run by run in turn.
+
+    python bench/bench_interleaved.py [--threads 1] [--rounds 20] [--models resnet50,bert]
+
+bench_models.py times one runtime after the other; on a shared machine a burst of other work
+then falls on one of them only.  Here the three sessions of a model run in alternation, round
+after round, so noise falls on all alike; the figures are medians and their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import onnx
+
+import graphrt
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_check_shapes import alternate
+from bench_models import LIGHT_DIR, add_chain, bert_encoder, make_feed
+
+#: Rounds for models whose run is a few microseconds (more rounds, same wall time).
+SHORT = {"add_chain_100": 20}
+
+
+def models() -> dict[str, Callable[[], Any]]:
+    def light(name: str) -> Callable[[], Any]:
+        return lambda: onnx.load(os.path.join(LIGHT_DIR, f"{name}.onnx"))
+
+    return {
+        "add_chain_100": add_chain,
+        "light_resnet50": light("light_resnet50"),
+        "light_inception_v1": light("light_inception_v1"),
+        "light_squeezenet": light("light_squeezenet"),
+        "bert_encoder_4x256": bert_encoder,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--models", help="comma-separated substrings of model names")
+    args = parser.parse_args(argv)
+    import onnxruntime as ort
+
+    print(
+        "| model | threads | gr ms (auto) | gr ms (numpy) | ort ms | gr/ort (auto) "
+        "| gr/ort (numpy) | auto path |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, build in models().items():
+        if args.models and not any(k in name for k in args.models.split(",")):
+            continue
+        model = build()
+        data, feed = model.SerializeToString(), make_feed(model)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        auto = graphrt.Session(data, intra_op_threads=args.threads)
+        plain = graphrt.Session(data, intra_op_threads=args.threads, kernel_path="numpy")
+        t_auto, t_plain, t_ort = alternate(
+            [functools.partial(s.run, None, feed) for s in (auto, plain, theirs)],
+            args.rounds * SHORT.get(name, 1),
+        )
+        print(
+            f"| {name} | {args.threads} | {t_auto * 1e3:.3f} | {t_plain * 1e3:.3f} | "
+            f"{t_ort * 1e3:.3f} | {t_auto / t_ort:.2f} | {t_plain / t_ort:.2f} | "
+            f"{auto.kernel_path} |",
+            flush=True,
+        )
+        auto.close()
+        plain.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
