@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import graphrt
-from graphrt.cli import random_array
+from graphrt.cli_inputs import random_array
 from graphrt.errors import SessionError
 from graphrt.plugins import snapshot
 
