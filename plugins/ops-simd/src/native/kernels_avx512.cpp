@@ -17,6 +17,12 @@ constexpr int EU = 2;
 
 GRAPHRT_SIMD_X86_VEC(__m512, 16, _mm512);
 
+inline __m512 blend(__mmask16 m, __m512 a, __m512 b) { return _mm512_mask_blend_ps(m, b, a); }
+GRAPHRT_SIMD_X86_UNARY(__m512, __m512i, 16, _mm512, 512, __mmask16, _mm512_cmp_ps_mask, blend,
+                       _mm512_roundscale_ps);
+
+#include "unary_driver.inc"
+
 #include "gemm_driver.inc"
 
 }  // namespace avx512
