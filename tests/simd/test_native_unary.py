@@ -151,12 +151,11 @@ def _session_input(n: int) -> np.ndarray:
 @pytest.mark.parametrize("threads", [1, 2, 4])
 @pytest.mark.parametrize("path", ["numpy", *ALL_PATHS])
 def test_exact_sessions_are_bit_identical(path, threads, monkeypatch):
-    """Native blocks on every path (the scalar one too, above its size limit)."""
+    """Native blocks on every path, the same bits as ops-basic's exact kernels (numpy)."""
     if path != "numpy":
         path_or_skip(path)
     import graphrt_ops_simd.elementwise as elementwise
 
-    monkeypatch.setattr(elementwise, "EXACT_NATIVE_MAX", dict.fromkeys(ALL_PATHS, 1 << 62))
     calls = []
     real = elementwise._native.unary
     monkeypatch.setattr(elementwise._native, "unary", lambda *a: calls.append(a[0]) or real(*a))
@@ -190,8 +189,7 @@ def test_environment_variable_selects_the_path(path, monkeypatch):
 
 @pytest.mark.parametrize("path", ALL_PATHS)
 def test_native_kernel_runs_where_planned(path, monkeypatch):
-    """Exact float32: native (the scalar path up to EXACT_NATIVE_MAX elements); fast: native
-    only for FAST_NATIVE; float64: numpy kernel."""
+    """Exact float32: native; fast: native only for FAST_NATIVE; float64: numpy kernel."""
     path_or_skip(path)
     import graphrt_ops_simd.elementwise as unary
 
@@ -206,7 +204,7 @@ def test_native_kernel_runs_where_planned(path, monkeypatch):
     x = _session_input(500).reshape(5, 100)
     for fn, op in OPS.items():
         for mode, elem, native in [
-            ("exact", TensorProto.FLOAT, x.size <= unary.EXACT_NATIVE_MAX[path]),
+            ("exact", TensorProto.FLOAT, True),
             ("fast", TensorProto.FLOAT, fn in unary.FAST_NATIVE[path]),
             ("exact", TensorProto.DOUBLE, False),
             ("fast", TensorProto.DOUBLE, False),
