@@ -249,7 +249,15 @@ def test_exact_bits_do_not_depend_on_threads_or_plans(op):
 def test_exact_kernels_call_no_numpy_transcendental(monkeypatch):
     x = np.linspace(-30, 30, 4096, dtype=F32).reshape(4, 1024)
     models = [_model(op, x.shape) for op in UNARY] + [_model("Softmax", x.shape, axis=1)]
-    sessions = [(graphrt.Session(m, mode="exact"), graphrt.Session(m)) for m in models]
+    # kernel_path numpy: ops-basic's own kernels (a native path's fast Sigmoid/Erf call no numpy)
+    sessions = [
+        (
+            graphrt.Session(m, mode="exact", kernel_path=path),
+            graphrt.Session(m, kernel_path="numpy"),
+        )
+        for m in models
+        for path in ("numpy", "auto")
+    ]
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a numpy transcendental was called")

@@ -1,7 +1,24 @@
-"""graphrt-ops-simd: native float32 GEMM kernels for MatMul and Gemm, as graphrt kernel paths."""
+"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm) and exp/tanh/sigmoid/erf kernels, as
+graphrt kernel paths."""
 
 from __future__ import annotations
 
-from ._native import PackedB, available_isas, canonicalize_nan, gemm, gemm_exact, pack_b
+from ._native import (
+    PackedB,
+    available_isas,
+    canonicalize_nan,
+    gemm,
+    gemm_exact,
+    pack_b,
+    unary,
+)
 
-__all__ = ["PackedB", "available_isas", "canonicalize_nan", "gemm", "gemm_exact", "pack_b"]
+__all__ = [
+    "PackedB",
+    "available_isas",
+    "canonicalize_nan",
+    "gemm",
+    "gemm_exact",
+    "pack_b",
+    "unary",
+]

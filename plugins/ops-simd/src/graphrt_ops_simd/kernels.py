@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -80,10 +80,12 @@ def probe(kernel: OpKernel, ctx: InferContext) -> tuple[np.dtype, tuple[int, ...
     return trial.output_types()[0]
 
 
-class NativeProduct(OpKernel):
-    """Shared run/bind of MatMul and Gemm: the native product, or the numpy kernel's steps."""
+class NativeKernel(OpKernel):
+    """A native kernel of one ISA wrapping the numpy kernel ``base`` of its path: a plan of
+    type ``plan_type`` in ``ctx.prepared`` runs natively, any other is the numpy kernel's."""
 
     supports_exact = True  # exact mode runs the canonical-order native kernel (or numpy's)
+    plan_type: ClassVar[type]
 
     def __init__(self, node: NodeInfo, numpy_factory: NumpyFactory, isa: str) -> None:
         super().__init__(node)
@@ -93,13 +95,35 @@ class NativeProduct(OpKernel):
     def fallback(self, ctx: InferContext) -> None:
         self.base.infer(ctx)
 
+    def bind_native(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        raise NotImplementedError
+
     def bind(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        if isinstance(ctx.prepared, self.plan_type):
+            return self.bind_native(ctx, inputs, outputs)
+        return self.base.bind(ctx, inputs, outputs)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if isinstance(ctx.prepared, self.plan_type):
+            self.bind_native(ctx, inputs, outputs)()
+        else:
+            self.base.run(ctx, inputs, outputs)
+
+
+class NativeProduct(NativeKernel):
+    """Shared run/bind of MatMul and Gemm: the native product, or the numpy kernel's steps."""
+
+    plan_type = _Plan
+
+    def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         """Every call of one run, on views made once per run state (a list of native calls)."""
         p = ctx.prepared
-        if not isinstance(p, _Plan):
-            return self.base.bind(ctx, inputs, outputs)
         a, b = self.operands(p, inputs)
         out = outputs[0].reshape(p.out_shape)
         m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
@@ -125,12 +149,6 @@ class NativeProduct(OpKernel):
             calls.append(functools.partial(ctx.parallel_for, len(parts), _indexed(parts)))
         calls += self.epilogue(p, inputs, outputs[0])
         return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
-
-    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        if isinstance(ctx.prepared, _Plan):
-            self.bind(ctx, inputs, outputs)()
-        else:
-            self.base.run(ctx, inputs, outputs)
 
     def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError

@@ -1,7 +1,8 @@
 """The hook implementations graphrt finds through this package's entry point.
 
-Three kernel paths, one per instruction set; the session picks the best available one ("auto")
-or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
+Three kernel paths, one per instruction set, each with MatMul, Gemm, Exp, Tanh, Sigmoid and
+Erf; the session picks the best available one ("auto") or the one forced by ``kernel_path=`` /
+``GRAPHRT_KERNEL_PATH``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from graphrt.kernel import NodeInfo, OpKernel
 from graphrt.paths import KernelPath
 
 from . import _native
+from .elementwise import UNARY
 from .kernels import Gemm, MatMul, NumpyFactory
 
 #: (path name, rank); the name is also the native ISA the path's kernels call.
@@ -39,7 +41,11 @@ def kernel_paths() -> list[KernelPath]:
             name=isa,
             rank=rank,
             available=functools.partial(isa_available, isa),
-            kernels={("", "MatMul"): _factory(MatMul, isa), ("", "Gemm"): _factory(Gemm, isa)},
+            kernels={
+                ("", "MatMul"): _factory(MatMul, isa),
+                ("", "Gemm"): _factory(Gemm, isa),
+                **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
+            },
         )
         for isa, rank in PATHS
     ]

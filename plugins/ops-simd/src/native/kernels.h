@@ -12,6 +12,8 @@ namespace graphrt_simd {
 
 enum Activation : int { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_SIGMOID = 3 };
 enum BiasAxis : int { BIAS_NONE = 0, BIAS_COL = 1, BIAS_ROW = 2 };
+// The element-wise functions of unary_driver.inc (exact mode's algorithms).
+enum UnaryOp : int { OP_EXP = 0, OP_TANH = 1, OP_SIGMOID = 2, OP_ERF = 3 };
 
 // What the fast GEMM applies to each finished output element, in this order:
 // v = v * alpha (skipped when alpha == 1); v = v + bias[j] or bias[i]; v = act(v).
@@ -43,6 +45,9 @@ struct IsaKernels {
     // have column stride 1.  NaN results are written as 0x7FC00000.
     void (*gemm_exact)(int64_t m0, int64_t m1, int64_t n, int64_t k, Strided a, Strided b,
                        float* c, std::ptrdiff_t ldc);
+    // y[i] = op(x[i]) for i in [0, n), float32, in exact mode's operation order (bit-identical
+    // on every ISA); y is x or does not overlap it.  NaN results are written as 0x7FC00000.
+    void (*unary)(int op, const float* x, float* y, int64_t n);
 };
 
 extern const IsaKernels scalar_kernels;

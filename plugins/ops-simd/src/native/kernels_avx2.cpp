@@ -17,6 +17,12 @@ constexpr int EU = 2;
 
 GRAPHRT_SIMD_X86_VEC(__m256, 8, _mm256);
 
+inline __m256 blend(__m256 m, __m256 a, __m256 b) { return _mm256_blendv_ps(b, a, m); }
+GRAPHRT_SIMD_X86_UNARY(__m256, __m256i, 8, _mm256, 256, __m256, _mm256_cmp_ps, blend,
+                       _mm256_round_ps);
+
+#include "unary_driver.inc"
+
 #include "gemm_driver.inc"
 
 }  // namespace avx2

@@ -1,6 +1,9 @@
 // Scalar kernels: no -m flags, always compiled, always available.  (The compiler may still use
 // the baseline SSE2 of x86-64 for independent lanes; -ffp-contract=off keeps every multiply and
 // add separate, and there is no FMA in the baseline.)
+#include <climits>
+#include <cstring>
+
 #include "kernels.h"
 
 namespace graphrt_simd {
@@ -22,6 +25,69 @@ struct Vec {
     static inline T madd(T a, T b, T c) { return c + a * b; }  // two roundings: no FMA here
 };
 
+// Lanes for unary_driver.inc: 4 floats as a GCC/Clang generic vector (one 16-byte register of
+// the baseline SIMD: SSE2, NEON; elsewhere one lane at a time).  Every lane is the same
+// separately rounded IEEE operation (no FMA: contraction is off and baseline x86-64 has none).
+// Comparisons give all-ones / zero lanes; selects are bitwise.
+constexpr int UW = 4;  // set() and iset() spell the 4 lanes out
+typedef float UF __attribute__((vector_size(4 * UW)));
+typedef int32_t UI __attribute__((vector_size(4 * UW)));
+typedef uint32_t UU __attribute__((vector_size(4 * UW)));
+
+struct U {
+    using F = UF;
+    using I = UI;
+    using M = UI;
+    static constexpr int W = UW;
+
+    static inline I bits(F a) { return reinterpret_cast<I>(a); }
+    static inline F as_float(I a) { return reinterpret_cast<F>(a); }
+    static inline F set(float x) { return F{x, x, x, x}; }
+    static inline I iset(int32_t x) { return I{x, x, x, x}; }
+    static inline F load(const float* p) {
+        F r;
+        std::memcpy(&r, p, sizeof r);
+        return r;
+    }
+    static inline void store(float* p, F a) { std::memcpy(p, &a, sizeof a); }
+    static inline F add(F a, F b) { return a + b; }
+    static inline F sub(F a, F b) { return a - b; }
+    static inline F mul(F a, F b) { return a * b; }
+    static inline F div(F a, F b) { return a / b; }
+    // the second operand on NaN, like the SIMD instructions (NaN lanes are replaced anyway)
+    static inline F max(F a, F b) { return select(a > b, a, b); }
+    static inline F min(F a, F b) { return select(a < b, a, b); }
+    // rint of |a| < 2^22 (the driver's arguments are at most 151): a + 1.5 * 2^23 lies in
+    // [2^23, 2^24), where the floats are the integers, so the add rounds a to an integer, ties
+    // to even, and the subtraction is exact; the sign is a's (rint(-0.25) = -0), put back
+    // bitwise.  Plain arithmetic, unlike rintf, which is a library call without SSE4.1.
+    static inline F rint(F a) {
+        const F magic = set(12582912.0f);
+        return copysign((a + magic) - magic, a);
+    }
+    // trunc of |a| < 2^31 (the driver's are at most 64): through int32, which truncates
+    static inline F trunc(F a) {
+        return copysign(__builtin_convertvector(__builtin_convertvector(a, I), F), a);
+    }
+    static inline F copysign(F mag, F sign) {
+        return as_float((bits(mag) & iset(0x7FFFFFFF)) | (bits(sign) & iset(INT32_MIN)));
+    }
+    static inline M isnan(F a) { return a != a; }
+    static inline M lt(F a, F b) { return a < b; }
+    static inline M le(F a, F b) { return a <= b; }
+    static inline F select(M m, F a, F b) { return as_float((m & bits(a)) | (~m & bits(b))); }
+    // exact: the driver converts integral values with |a| <= 150 only (never NaN)
+    static inline I to_int(F a) { return __builtin_convertvector(a, I); }
+    static inline I iadd(I a, I b) { return a + b; }
+    static inline I isub(I a, I b) { return a - b; }
+    static inline I sar1(I a) { return a >> 1; }  // arithmetic: floor(a / 2)
+    static inline I shl23(I a) { return reinterpret_cast<I>(reinterpret_cast<UU>(a) << 23); }
+    static inline F bit_and(F a, F b) { return as_float(bits(a) & bits(b)); }
+    static inline F bit_or(F a, F b) { return as_float(bits(a) | bits(b)); }
+    static inline F bit_xor(F a, F b) { return as_float(bits(a) ^ bits(b)); }
+};
+
+#include "unary_driver.inc"
 #include "gemm_driver.inc"
 
 }  // namespace scalar

@@ -309,6 +309,54 @@ void canonicalize_nan(OutArray x) {
     }
 }
 
+// ---- element-wise functions ------------------------------------------------------------------
+
+int parse_unary(const std::string& name) {
+    if (name == "exp") return OP_EXP;
+    if (name == "tanh") return OP_TANH;
+    if (name == "sigmoid") return OP_SIGMOID;
+    if (name == "erf") return OP_ERF;
+    throw nb::value_error(
+        ("unknown function '" + name + "'; expected exp, tanh, sigmoid or erf").c_str());
+}
+
+template <class A>
+void check_flat(const A& x, const char* what) {
+    if (x.dtype() != nb::dtype<float>())
+        throw nb::type_error((std::string(what) + " must be a float32 array").c_str());
+    int64_t expect = 1;
+    for (size_t d = x.ndim(); d-- > 0;) {
+        if (x.shape(d) > 1 && x.stride(d) != expect)
+            throw nb::value_error((std::string(what) + " must be C-contiguous").c_str());
+        expect *= static_cast<int64_t>(x.shape(d));
+    }
+}
+
+// out.flat[begin:end] = fn(x.flat[begin:end]); out is x itself (in place) or apart from it.
+void unary(const std::string& fn, const InArray& x, OutArray out, const std::string& isa,
+           int64_t begin, int64_t end) {
+    const int op = parse_unary(fn);
+    const IsaKernels& kern = kernels_for(isa);
+    check_flat(x, "x");
+    check_flat(out, "out");
+    const int64_t n = static_cast<int64_t>(x.size());
+    if (static_cast<int64_t>(out.size()) != n)
+        throw nb::value_error(("out has " + std::to_string(out.size()) + " elements, x has " +
+                               std::to_string(n))
+                                  .c_str());
+    if (out.data() != x.data()) check_no_overlap(out, x, "x unless it is x itself");
+    if (end == -1) end = n;
+    if (begin < 0 || begin > end || end > n)
+        throw nb::value_error(("element range [" + std::to_string(begin) + ", " +
+                               std::to_string(end) + ") is not inside [0, " + std::to_string(n) +
+                               ")")
+                                  .c_str());
+    const float* px = static_cast<const float*>(x.data()) + begin;
+    float* py = static_cast<float*>(out.data()) + begin;
+    nb::gil_scoped_release nogil;
+    kern.unary(op, px, py, end - begin);
+}
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -333,6 +381,11 @@ NB_MODULE(_native, m) {
     m.def("gemm_exact", &gemm_exact, nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("isa"),
           nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
           "out[rows] = a[rows] @ b in the canonical exact order; NaN -> 0x7FC00000.");
+    m.def("unary", &unary, nb::arg("fn"), nb::arg("x"), nb::arg("out"), nb::arg("isa"),
+          nb::arg("begin") = 0, nb::arg("end") = -1,
+          "out.flat[begin:end] = fn(x.flat[begin:end]) for fn in exp, tanh, sigmoid, erf "
+          "(float32, C-contiguous, out is x or apart from it) in exact mode's operation order; "
+          "NaN -> 0x7FC00000.");
     m.def("canonicalize_nan", &canonicalize_nan, nb::arg("x"),
           "Rewrite every NaN of x to 0x7FC00000 in place.");
 }

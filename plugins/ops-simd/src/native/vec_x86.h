@@ -15,3 +15,38 @@
         static inline T add(T x, T y) { return P##_add_ps(x, y); }                 \
         static inline T madd(T a, T b, T c) { return P##_fmadd_ps(a, b, c); }      \
     }
+
+// Lanes of one x86 register type for unary_driver.inc, from the intrinsic prefix and the mask
+// operations (AVX2: masks are float vectors; AVX-512: k registers).
+#define GRAPHRT_SIMD_X86_UNARY(TYPE, ITYPE, WIDTH, P, SI, MASK, CMP, BLEND, ROUND)         \
+    struct U {                                                                             \
+        using F = TYPE;                                                                    \
+        using I = ITYPE;                                                                   \
+        using M = MASK;                                                                    \
+        static constexpr int W = WIDTH;                                                    \
+        static inline F set(float v) { return P##_set1_ps(v); }                           \
+        static inline I iset(int32_t v) { return P##_set1_epi32(v); }                     \
+        static inline F load(const float* p) { return P##_loadu_ps(p); }                  \
+        static inline void store(float* p, F v) { P##_storeu_ps(p, v); }                  \
+        static inline F add(F a, F b) { return P##_add_ps(a, b); }                        \
+        static inline F sub(F a, F b) { return P##_sub_ps(a, b); }                        \
+        static inline F mul(F a, F b) { return P##_mul_ps(a, b); }                        \
+        static inline F div(F a, F b) { return P##_div_ps(a, b); }                        \
+        static inline F max(F a, F b) { return P##_max_ps(a, b); }                        \
+        static inline F min(F a, F b) { return P##_min_ps(a, b); }                        \
+        static inline F rint(F a) { return ROUND(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); } \
+        static inline F trunc(F a) { return ROUND(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); } \
+        static inline M isnan(F a) { return CMP(a, a, _CMP_UNORD_Q); }                    \
+        static inline M lt(F a, F b) { return CMP(a, b, _CMP_LT_OQ); }                    \
+        static inline M le(F a, F b) { return CMP(a, b, _CMP_LE_OQ); }                    \
+        static inline F select(M m, F a, F b) { return BLEND(m, a, b); }                  \
+        static inline I to_int(F a) { return P##_cvtps_epi32(a); }                        \
+        static inline I iadd(I a, I b) { return P##_add_epi32(a, b); }                   \
+        static inline I isub(I a, I b) { return P##_sub_epi32(a, b); }                   \
+        static inline I sar1(I a) { return P##_srai_epi32(a, 1); }                        \
+        static inline I shl23(I a) { return P##_slli_epi32(a, 23); }                      \
+        static inline F as_float(I a) { return P##_castsi##SI##_ps(a); }                  \
+        static inline F bit_and(F a, F b) { return P##_and_ps(a, b); }                    \
+        static inline F bit_or(F a, F b) { return P##_or_ps(a, b); }                      \
+        static inline F bit_xor(F a, F b) { return P##_xor_ps(a, b); }                    \
+    }

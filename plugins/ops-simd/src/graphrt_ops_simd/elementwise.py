@@ -1,0 +1,129 @@
+"""Exp, Tanh, Sigmoid and Erf on the native element-wise kernels, falling back to numpy.
+
+The native kernels follow exact mode's algorithms (graphrt_ops_basic._exact_math and _erf)
+operation for operation, so on every path they give the bits of ops-basic's exact kernels.
+
+* exact mode, float32: always the native kernel (1.3-60x faster than ops-basic's numpy exact
+  functions on every path and size measured);
+* fast mode, float32: the native kernel where it beat ops-basic's numpy kernel at every
+  measured size and changes no fused kernel's bits (``FAST_NATIVE``), else the numpy kernel;
+* other dtypes: the numpy kernel the path was given, planned as if this wrapper did not exist.
+
+A tensor is cut into blocks of ``BLOCK`` elements for the intra-op threads; the block bounds
+depend on the size only and every element's arithmetic is its own, so results do not depend on
+the thread count.  ``out`` may be the input's storage (ops-basic's unary kernels run in place).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext
+
+from . import _native
+from .kernels import NativeKernel
+
+#: Elements per block spread over the intra-op threads (ops-basic's exact block size).
+BLOCK = 1 << 16
+#: Fast mode takes the native kernel for these functions (bench/unary_micro.py, one thread,
+#: plugins/ops-simd/README.md): numpy's own float32 exp and tanh are SIMD code and faster than
+#: the exact-order kernels; ops-basic's Erf is a recipe of many numpy passes and loses to one
+#: native pass at every size.  Sigmoid would win too (1.6-4.5x), but fast mode keeps ops-basic's
+#: recipe: a MatMul/Gemm/Conv fused with its Sigmoid applies that recipe in its epilogue, and
+#: fusion must not change fast-mode bits (tests/test_fusion.py).  The scalar path's Erf wins at
+#: most sizes but not all (0.9x at 1e5), so its fast mode stays numpy's.
+FAST_NATIVE: dict[str, frozenset[str]] = {
+    "scalar": frozenset(),
+    "avx2": frozenset({"erf"}),
+    "avx512": frozenset({"erf"}),
+}
+F32 = np.dtype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    n: int
+    blocks: int
+
+
+class NativeUnary(NativeKernel):
+    """out = fn(x) on the native kernel of one ISA; anything else on the numpy kernel."""
+
+    fn: ClassVar[str]
+    plan_type = _Plan
+    in_place_input = 0
+
+    def infer(self, ctx: InferContext) -> None:
+        shape = ctx.shape(0)
+        n = math.prod(shape)
+        native = ctx.exact or self.fn in FAST_NATIVE.get(self.isa, ())
+        if ctx.dtype(0) != F32 or not native:
+            return self.fallback(ctx)
+        ctx.set_output(0, F32, shape)
+        ctx.prepared = _Plan(n, max(1, -(-n // BLOCK)))
+
+    def bind_native(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        p, x, out = ctx.prepared, inputs[0], outputs[0]
+        if not out.flags.c_contiguous:
+            return functools.partial(_run_copying, self.fn, x, out, self.isa, p, ctx)
+        if not x.flags.c_contiguous:
+            return functools.partial(_run_copying_x, self.fn, x, out, self.isa, p, ctx)
+        if p.blocks == 1:
+            return functools.partial(_native.unary, self.fn, x, out, self.isa, 0, p.n)
+        return functools.partial(ctx.parallel_for, p.blocks, _blocks(self.fn, x, out, self.isa, p))
+
+
+def _blocks(fn: str, x: np.ndarray, out: np.ndarray, isa: str, p: _Plan) -> Callable[[int], None]:
+    call = _native.unary
+
+    def block(i: int) -> None:
+        call(fn, x, out, isa, i * BLOCK, min(p.n, (i + 1) * BLOCK))
+
+    return block
+
+
+def _run_copying_x(
+    fn: str, x: np.ndarray, out: np.ndarray, isa: str, p: _Plan, ctx: KernelContext
+) -> None:
+    """A strided input (a view some kernel produced): one contiguous copy per run."""
+    xc = np.ascontiguousarray(x)
+    if p.blocks == 1:
+        _native.unary(fn, xc, out, isa, 0, p.n)
+    else:
+        ctx.parallel_for(p.blocks, _blocks(fn, xc, out, isa, p))
+
+
+def _run_copying(
+    fn: str, x: np.ndarray, out: np.ndarray, isa: str, p: _Plan, ctx: KernelContext
+) -> None:
+    """A strided output: computed contiguously, then copied into place."""
+    res = np.ascontiguousarray(x, dtype=F32).copy()
+    _run_copying_x(fn, res, res, isa, p, ctx)
+    np.copyto(out, res)
+
+
+class Exp(NativeUnary):
+    fn = "exp"
+
+
+class Tanh(NativeUnary):
+    fn = "tanh"
+
+
+class Sigmoid(NativeUnary):
+    fn = "sigmoid"
+
+
+class Erf(NativeUnary):
+    fn = "erf"
+
+
+UNARY = {"Exp": Exp, "Tanh": Tanh, "Sigmoid": Sigmoid, "Erf": Erf}
