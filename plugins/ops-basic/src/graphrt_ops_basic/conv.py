@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
 from . import conv_exact
 from ._geometry import (
@@ -96,9 +96,7 @@ class Conv(Programmed):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.attrs = window_attrs(self)
-        self.group = node.attr("group", 1)
-        if self.group < 1:
-            raise self.fail(f"group must be >= 1, got {self.group}")
+        self.group = group_attr(self)
 
     def infer(self, ctx: InferContext) -> None:
         same_types(self, ctx, 3)
@@ -354,9 +352,7 @@ class ConvTranspose(Programmed):
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.attrs = window_attrs(self)
-        self.group = node.attr("group", 1)
-        if self.group < 1:
-            raise self.fail(f"group must be >= 1, got {self.group}")
+        self.group = group_attr(self)
 
     def _extents(self, spatial: Sequence[int], k: Sequence[int]) -> tuple[list[int], list[int]]:
         """Y's spatial extents and the pads cropped before them."""
@@ -484,3 +480,11 @@ def _run_time_weight(
         return weight
     calls.append(functools.partial(np.copyto, ctx.scratch[wbuf], weight, "unsafe"))
     return ctx.scratch[wbuf]
+
+
+def group_attr(kernel: OpKernel) -> int:
+    """The ``group`` attribute of a Conv or ConvTranspose node, checked."""
+    group = kernel.node.attr("group", 1)
+    if group < 1:
+        raise kernel.fail(f"group must be >= 1, got {group}")
+    return group
