@@ -32,3 +32,23 @@ def path_or_skip(name: str) -> str:
     if name not in ISAS:
         pytest.skip(f"kernel path {name!r} is not available on this CPU/OS")
     return name
+
+
+def on_every_isa(strategy, examples: int = 60):
+    """A hypothesis property over ``strategy`` (argument ``g``) run on every ISA, each
+    skipped where this CPU lacks it; the test receives ``isa`` and ``g``."""
+    from hypothesis import HealthCheck, given, settings
+
+    def wrap(test):
+        def run(isa, g):
+            path_or_skip(isa)
+            test(isa, g)
+
+        run.__name__, run.__doc__ = test.__name__, test.__doc__
+        run = given(g=strategy)(run)
+        run = settings(
+            max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        )(run)
+        return pytest.mark.parametrize("isa", ALL_PATHS)(run)
+
+    return wrap

@@ -51,8 +51,10 @@ def test_plugin_provides_the_three_paths_ranked():
     assert {n: p.rank for n, p in paths.items()} == {"scalar": 10, "avx2": 20, "avx512": 30}
     for name, p in paths.items():
         assert p.available() == (name in ISAS)
-        ops = {"MatMul", "Gemm", "Exp", "Tanh", "Sigmoid", "Erf"}
-        assert set(p.kernels) == {("", op) for op in ops}
+        ops = {"Conv", "MatMul", "Gemm", "Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "MaxPool"}
+        ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu")
+        fused = {("com.graphrt", op) for op in ours}
+        assert set(p.kernels) == {("", op) for op in ops} | fused
     assert graphrt.Session(mlp(), kernel_path="auto").kernel_path == ISAS[-1]  # the best
 
 

@@ -45,7 +45,7 @@ from ._geometry import (
 from ._util import is_float, same_types
 
 #: Multiply-adds per image below which a product is not split for the intra-op threads.
-BLOCK_WORK = 1 << 24
+BLOCK_WORK = 1 << 22
 #: Bytes of columns a block aims at: its copies are still in cache when its product reads them.
 BLOCK_BYTES = 1 << 20
 #: Smallest column (output position) and row (output channel) counts of a block.

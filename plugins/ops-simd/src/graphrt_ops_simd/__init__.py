@@ -1,24 +1,30 @@
-"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm) and exp/tanh/sigmoid/erf kernels, as
-graphrt kernel paths."""
+"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm), 2-D convolution (Conv, FusedConv) and
+exp/tanh/sigmoid/erf kernels, as graphrt kernel paths."""
 
 from __future__ import annotations
 
 from ._native import (
+    ConvPlan,
     PackedB,
     available_isas,
     canonicalize_nan,
+    conv_plan,
     gemm,
     gemm_exact,
+    maxpool2d,
     pack_b,
     unary,
 )
 
 __all__ = [
+    "ConvPlan",
     "PackedB",
     "available_isas",
     "canonicalize_nan",
+    "conv_plan",
     "gemm",
     "gemm_exact",
+    "maxpool2d",
     "pack_b",
     "unary",
 ]

@@ -66,8 +66,8 @@ class _Plan:
     c_in_epilogue: bool = False
 
 
-def probe(kernel: OpKernel, ctx: InferContext) -> tuple[np.dtype, tuple[int, ...]]:
-    """Run the numpy kernel's ``infer`` on a copy of ``ctx``: its checks, its output type."""
+def trial_infer(kernel: OpKernel, ctx: InferContext) -> InferContext:
+    """Run the numpy kernel's ``infer`` on a copy of ``ctx``: its checks, its plan, its types."""
     n = ctx.num_inputs
     trial = InferContext(
         [ctx.dtype(i) for i in range(n)],
@@ -77,7 +77,12 @@ def probe(kernel: OpKernel, ctx: InferContext) -> tuple[np.dtype, tuple[int, ...
         exact=ctx.exact,
     )
     kernel.infer(trial)
-    return trial.output_types()[0]
+    return trial
+
+
+def probe(kernel: OpKernel, ctx: InferContext) -> tuple[np.dtype, tuple[int, ...]]:
+    """The numpy kernel's output type (dtype, shape) for ``ctx``, after its checks."""
+    return trial_infer(kernel, ctx).output_types()[0]
 
 
 class NativeKernel(OpKernel):

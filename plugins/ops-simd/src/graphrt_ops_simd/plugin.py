@@ -1,7 +1,8 @@
 """The hook implementations graphrt finds through this package's entry point.
 
-Three kernel paths, one per instruction set, each with MatMul, Gemm, Exp, Tanh, Sigmoid and
-Erf; the session picks the best available one ("auto") or the one forced by ``kernel_path=`` /
+Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Exp, Tanh,
+Sigmoid, Erf, Gelu and the fused products (FusedConv, FusedMatMul, FusedGemm); the session
+picks the best available one ("auto") or the one forced by ``kernel_path=`` /
 ``GRAPHRT_KERNEL_PATH``.
 """
 
@@ -15,8 +16,11 @@ from graphrt.kernel import NodeInfo, OpKernel
 from graphrt.paths import KernelPath
 
 from . import _native
-from .elementwise import UNARY
+from .conv import Conv, FusedConv
+from .elementwise import UNARY, Gelu
+from .fused import FusedProduct
 from .kernels import Gemm, MatMul, NumpyFactory
+from .pool import MaxPool
 
 #: (path name, rank); the name is also the native ISA the path's kernels call.
 PATHS = (("scalar", 10), ("avx2", 20), ("avx512", 30))
@@ -44,6 +48,13 @@ def kernel_paths() -> list[KernelPath]:
             kernels={
                 ("", "MatMul"): _factory(MatMul, isa),
                 ("", "Gemm"): _factory(Gemm, isa),
+                ("", "Conv"): _factory(Conv, isa),
+                ("com.graphrt", "FusedConv"): _factory(FusedConv, isa),
+                ("com.graphrt", "FusedMatMul"): _factory(FusedProduct, isa),
+                ("com.graphrt", "FusedGemm"): _factory(FusedProduct, isa),
+                ("", "Gelu"): _factory(Gelu, isa),
+                ("", "MaxPool"): _factory(MaxPool, isa),
+                ("com.graphrt", "Gelu"): _factory(Gelu, isa),
                 **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
             },
         )

@@ -12,8 +12,9 @@ namespace graphrt_simd {
 
 enum Activation : int { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_SIGMOID = 3 };
 enum BiasAxis : int { BIAS_NONE = 0, BIAS_COL = 1, BIAS_ROW = 2 };
-// The element-wise functions of unary_driver.inc (exact mode's algorithms).
-enum UnaryOp : int { OP_EXP = 0, OP_TANH = 1, OP_SIGMOID = 2, OP_ERF = 3 };
+// The element-wise functions of unary_driver.inc (exact mode's algorithms; Gelu, fast mode
+// only, is x * 0.5 * (1 + erf(x / sqrt(2))) on that erf).
+enum UnaryOp : int { OP_EXP = 0, OP_TANH = 1, OP_SIGMOID = 2, OP_ERF = 3, OP_GELU = 4 };
 
 // What the fast GEMM applies to each finished output element, in this order:
 // v = v * alpha (skipped when alpha == 1); v = v + bias[j] or bias[i]; v = act(v).
@@ -33,6 +34,29 @@ struct Strided {
     std::ptrdiff_t cs;
 };
 
+// A 2-D convolution of one image and one group, as the fast conv kernel reads it: c input
+// channels of h x w, kernel kh x kw, strides, dilations, pads before each axis, and the output
+// extents (which fix the pads after).
+struct ConvShape {
+    int64_t c, h, w;
+    int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+    int64_t oh, ow;
+};
+
+// A unit-stride convolution of one image and group on its staged (padded) planes: c planes of
+// hp x wp (plane stride hp * wp), the input's h x w at (ph, pw) inside them, zeros elsewhere;
+// staged = floats of the whole staged buffer, including the tail that wide positions read.
+struct DirectShape {
+    int64_t c, h, w, kh, kw, ph, pw;
+    int64_t oh, ow, hp, wp;
+    int64_t staged;
+};
+
+// Depth rows and output positions of one block of the conv's columns (CONV_KC * CONV_NCB
+// floats of scratch per thread); CONV_NCB is a multiple of every ISA's cnr.
+constexpr int64_t CONV_KC = 256;
+constexpr int64_t CONV_NCB = 256;
+
 struct IsaKernels {
     const char* name;
     int nr;  // columns per packed panel of B
@@ -48,6 +72,33 @@ struct IsaKernels {
     // y[i] = op(x[i]) for i in [0, n), float32, in exact mode's operation order (bit-identical
     // on every ISA); y is x or does not overlap it.  NaN results are written as 0x7FC00000.
     void (*unary)(int op, const float* x, float* y, int64_t n);
+    int cmr;  // output channels per conv micro-tile (rows of a packed weight tile)
+    int cnr;  // output positions per conv micro-tile
+    // w (m x k, row-major) packed for conv_fast: ceil(m / cmr) * cmr * k floats.
+    void (*conv_pack_w)(int64_t m, int64_t k, const float* w, float* dst);
+    // Output channels [m0, m1) (m0 a multiple of cmr) and positions [j0, j1) (at most
+    // CONV_NCB of them) of one image and group: y = act(w @ columns(x) + bias), bias per
+    // channel or null, act ACT_NONE or ACT_RELU; x has unit column stride, y rows (channels)
+    // have stride ldy and hold the positions contiguously; block is CONV_KC * CONV_NCB floats.
+    void (*conv_fast)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
+                      std::ptrdiff_t x_rs, const float* wpacked, int64_t m0, int64_t m1,
+                      int64_t j0, int64_t j1, float* y, std::ptrdiff_t ldy, const float* bias,
+                      int act, float* block);
+    // The staged planes of one image and group (DirectShape) from x (unit column stride).
+    void (*conv_stage)(const DirectShape& d, const float* x, std::ptrdiff_t x_cs,
+                       std::ptrdiff_t x_rs, float* dst);
+    // Output channels [m0, m1) (m0 a multiple of cmr) and wide positions [q0, q1) (q = oy *
+    // wp + ox; q0 a multiple of cnr) of a unit-stride convolution: y = act(w @ taps + bias),
+    // tap row kk read at staged + offs[kk] + q.
+    void (*conv_direct)(const DirectShape& d, const float* staged, const int64_t* offs,
+                        const float* wpacked, int64_t m0, int64_t m1, int64_t q0, int64_t q1,
+                        float* y, std::ptrdiff_t ldy, const float* bias, int act);
+    // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
+    // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the
+    // output extents); work holds 3 * (w + pw + (ow + kw) * (sw + dw)) floats.
+    void (*maxpool2d)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
+                      std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
+                      std::ptrdiff_t y_cs, float* work);
 };
 
 extern const IsaKernels scalar_kernels;

@@ -14,6 +14,9 @@ constexpr int MR = 6;
 constexpr int NR = 16;
 constexpr int ER = 4;
 constexpr int EU = 2;
+// Conv: 6 x 16 tiles as the GEMM (12 accumulators).
+constexpr int CMR = 6;
+constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m256, 8, _mm256);
 
@@ -24,6 +27,7 @@ GRAPHRT_SIMD_X86_UNARY(__m256, __m256i, 8, _mm256, 256, __m256, _mm256_cmp_ps, b
 #include "unary_driver.inc"
 
 #include "gemm_driver.inc"
+#include "conv_driver.inc"
 
 }  // namespace avx2
 

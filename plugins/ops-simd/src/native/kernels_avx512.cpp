@@ -14,6 +14,10 @@ constexpr int MR = 12;
 constexpr int NR = 32;
 constexpr int ER = 4;
 constexpr int EU = 2;
+// Conv: 16 output channels x 16 positions (16 accumulators): the channel counts of CNNs
+// are multiples of 16 far more often than of 12.
+constexpr int CMR = 16;
+constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m512, 16, _mm512);
 
@@ -29,6 +33,7 @@ GRAPHRT_SIMD_X86_UNARY(__m512, __m512i, 16, _mm512, 512, __mmask16, _mm512_cmp_p
 #pragma GCC diagnostic pop
 
 #include "gemm_driver.inc"
+#include "conv_driver.inc"
 
 }  // namespace avx512
 

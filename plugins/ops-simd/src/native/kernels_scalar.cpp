@@ -13,6 +13,8 @@ constexpr int MR = 4;
 constexpr int NR = 8;
 constexpr int ER = 4;
 constexpr int EU = 4;
+constexpr int CMR = 4;
+constexpr int CNR = 8;
 
 struct Vec {
     using T = float;
@@ -23,6 +25,7 @@ struct Vec {
     static inline T mul(T x, T y) { return x * y; }
     static inline T add(T x, T y) { return x + y; }
     static inline T madd(T a, T b, T c) { return c + a * b; }  // two roundings: no FMA here
+    static inline T max(T x, T y) { return x > y ? x : y; }  // y on NaN or a tie, as maxps
 };
 
 // Lanes for unary_driver.inc: 4 floats as a GCC/Clang generic vector (one 16-byte register of
@@ -89,6 +92,7 @@ struct U {
 
 #include "unary_driver.inc"
 #include "gemm_driver.inc"
+#include "conv_driver.inc"
 
 }  // namespace scalar
 

@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -309,17 +310,6 @@ void canonicalize_nan(OutArray x) {
     }
 }
 
-// ---- element-wise functions ------------------------------------------------------------------
-
-int parse_unary(const std::string& name) {
-    if (name == "exp") return OP_EXP;
-    if (name == "tanh") return OP_TANH;
-    if (name == "sigmoid") return OP_SIGMOID;
-    if (name == "erf") return OP_ERF;
-    throw nb::value_error(
-        ("unknown function '" + name + "'; expected exp, tanh, sigmoid or erf").c_str());
-}
-
 template <class A>
 void check_flat(const A& x, const char* what) {
     if (x.dtype() != nb::dtype<float>())
@@ -330,6 +320,332 @@ void check_flat(const A& x, const char* what) {
             throw nb::value_error((std::string(what) + " must be C-contiguous").c_str());
         expect *= static_cast<int64_t>(x.shape(d));
     }
+}
+
+// ---- fast 2-D convolution -------------------------------------------------------------------
+
+std::string dims(const std::vector<int64_t>& v) {
+    std::string out = "(";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + (v.size() == 1 ? ",)" : ")");
+}
+
+template <class A>
+std::vector<int64_t> shape_of(const A& x) {
+    std::vector<int64_t> out;
+    for (size_t d = 0; d < x.ndim(); ++d) out.push_back(static_cast<int64_t>(x.shape(d)));
+    return out;
+}
+
+// One thread's block of columns (CONV_KC x CONV_NCB floats), allocated on first use and kept:
+// a fresh 256 KiB allocation per call would be an mmap and page faults every time.
+float* conv_block() {
+    thread_local std::unique_ptr<float, FreeDeleter> block(
+        static_cast<float*>(std::aligned_alloc(64, CONV_KC * CONV_NCB * sizeof(float))));
+    if (!block) throw std::bad_alloc();
+    return block.get();
+}
+
+// A convolution planned once: geometry checked, the weight packed per group, and the work cut
+// into units (image, group, chunk of output channels, block of positions) by shapes alone.
+// Unit strides take the direct kernel (columns read from a padded copy of the image, staged
+// once per run by stage()); other strides pack blocks of columns per unit.
+class ConvPlan {
+public:
+    ConvPlan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
+             const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+             const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
+             const std::string& isa)
+        : isa_(&kernels_for(isa)), group_(group) {
+        check_matrix(w, "w", 4);
+        auto check = [](const std::vector<int64_t>& v, size_t size, const char* what,
+                        int64_t least) {
+            bool ok = v.size() == size;
+            for (int64_t d : v) ok = ok && d >= least;
+            if (!ok)
+                throw nb::value_error((std::string(what) + " must be " + std::to_string(size) +
+                                       " integers >= " + std::to_string(least) + ", got " +
+                                       dims(v))
+                                          .c_str());
+        };
+        check(x_shape, 4, "x_shape", 1);
+        check(strides, 2, "strides", 1);
+        check(dilations, 2, "dilations", 1);
+        check(pads, 2, "pads", 0);
+        check(out, 2, "out", 1);
+        const std::vector<int64_t> ws = shape_of(w);
+        n_ = x_shape[0];
+        m_ = ws[0];
+        if (group < 1 || x_shape[1] % group || m_ % group || ws[1] * group != x_shape[1] ||
+            ws[2] < 1 || ws[3] < 1)
+            throw nb::value_error(("w " + dims(ws) + " does not fit x " + dims(x_shape) + " in " +
+                                   std::to_string(group) + " group(s)")
+                                      .c_str());
+        ConvShape& s = shape_;
+        s = ConvShape{ws[1], x_shape[2], x_shape[3], ws[2], ws[3], strides[0], strides[1],
+                      dilations[0], dilations[1], pads[0], pads[1], out[0], out[1]};
+        mg_ = m_ / group;
+        k_ = s.c * s.kh * s.kw;
+        const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
+        tiles_ = (mg_ + cmr - 1) / cmr;
+        per_group_ = tiles_ * cmr * k_;
+        pack_weight(w);
+        // A 1x1 kernel reads each plane once: packing it is a plain copy, and reading the
+        // planes in place would touch a page per depth row for every tile (L1 set conflicts).
+        direct_ = s.sh == 1 && s.sw == 1 && s.kh * s.kw > 1;
+        // The direct kernel runs the whole depth per tile: the output channels of a unit are
+        // a chunk of the packed weight that stays in L2 (384 KiB).  The packed path blocks the
+        // depth itself, and a second chunk would pack the same columns again.
+        const int64_t fit = (384 * 1024 / 4) / (k_ * cmr);
+        const int64_t per_chunk = !direct_ ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
+        mchunks_ = (tiles_ + per_chunk - 1) / per_chunk;
+        int64_t ptiles;  // position tiles of one image and group
+        if (direct_) {
+            DirectShape& d = direct_shape_;
+            d.c = s.c, d.h = s.h, d.w = s.w, d.kh = s.kh, d.kw = s.kw, d.ph = s.ph, d.pw = s.pw;
+            d.oh = s.oh, d.ow = s.ow;
+            d.hp = std::max(s.ph + s.h, s.oh + (s.kh - 1) * s.dh);
+            d.wp = std::max(s.pw + s.w, s.ow + (s.kw - 1) * s.dw);
+            ptiles = (s.oh * d.wp + cnr - 1) / cnr;
+            const int64_t plane = d.hp * d.wp;
+            d.staged = std::max(s.c * plane, (s.c - 1) * plane + (s.kh - 1) * s.dh * d.wp +
+                                                 (s.kw - 1) * s.dw + ptiles * cnr);
+            for (int64_t ch = 0; ch < s.c; ++ch)
+                for (int64_t y = 0; y < s.kh; ++y)
+                    for (int64_t x = 0; x < s.kw; ++x)
+                        offs_.push_back(ch * plane + y * s.dh * d.wp + x * s.dw);
+        } else {
+            ptiles = (s.oh * s.ow + cnr - 1) / cnr;
+        }
+        // blocks of positions: at most CONV_NCB each (the packed path's block), and at least
+        // four units in all where the positions allow, for the intra-op threads
+        const int64_t most = CONV_NCB / cnr;
+        const int64_t others = n_ * group_ * mchunks_;
+        int64_t blocks = (ptiles + most - 1) / most;
+        const int64_t want = (4 + others - 1) / others;
+        if (blocks < want) blocks = want < ptiles ? want : ptiles;
+        ptile_step_ = (ptiles + blocks - 1) / blocks;
+        pblocks_ = (ptiles + ptile_step_ - 1) / ptile_step_;
+        ptiles_ = ptiles;
+    }
+
+    int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
+    int64_t nbytes() const { return per_group_ * group_ * static_cast<int64_t>(sizeof(float)); }
+    // floats of the staging buffer stage() and run() take (0: the packed path needs none)
+    int64_t work_floats() const { return direct_ ? n_ * group_ * direct_shape_.staged : 0; }
+    bool direct() const { return direct_; }
+
+    void stage(const InArray& x, OutArray work) {
+        check_x(x);
+        check_work(work);
+        check_no_overlap(work, x, "x");
+        if (!direct_) return;
+        const float* px = static_cast<const float*>(x.data());
+        float* pw = static_cast<float*>(work.data());
+        const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
+        nb::gil_scoped_release nogil;
+        for (int64_t img = 0; img < n_; ++img)
+            for (int64_t g = 0; g < group_; ++g)
+                isa_->conv_stage(direct_shape_, px + img * xs0 + g * shape_.c * xs1, xs1, xs2,
+                                 pw + (img * group_ + g) * direct_shape_.staged);
+    }
+
+    void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
+             const std::string& activation, int64_t u0, int64_t u1) {
+        const ConvShape& s = shape_;
+        check_x(x);
+        check_work(work);
+        check_matrix(y, "y", 4);
+        const std::vector<int64_t> want_y{n_, m_, s.oh, s.ow};
+        if (shape_of(y) != want_y)
+            throw nb::value_error(("y must have shape " + dims(want_y) + ", got " +
+                                   dims(shape_of(y)))
+                                      .c_str());
+        if ((s.ow > 1 && y.stride(3) != 1) || (s.oh > 1 && y.stride(2) != s.ow))
+            throw nb::value_error("y must hold each channel's positions contiguously");
+        check_no_overlap(y, x, "x");
+        check_no_overlap(y, work, "work");
+        const int act = parse_activation(activation);
+        if (act != ACT_NONE && act != ACT_RELU)
+            throw nb::value_error("the conv activation must be 'none' or 'relu'");
+        const float* pb = nullptr;
+        if (bias) {
+            check_matrix(*bias, "bias", 1);
+            if (static_cast<int64_t>(bias->shape(0)) != m_)
+                throw nb::value_error(("bias must have " + std::to_string(m_) +
+                                       " elements, got " + std::to_string(bias->shape(0)))
+                                          .c_str());
+            if (m_ > 1 && bias->stride(0) != 1) throw nb::value_error("bias must be contiguous");
+            check_no_overlap(y, *bias, "bias");
+            pb = static_cast<const float*>(bias->data());
+        }
+        if (u1 == -1) u1 = units();
+        if (u0 < 0 || u0 > u1 || u1 > units())
+            throw nb::value_error(("unit range [" + std::to_string(u0) + ", " +
+                                   std::to_string(u1) + ") is not inside [0, " +
+                                   std::to_string(units()) + ")")
+                                      .c_str());
+        // the packed path reads a 1x1 kernel with unit strides and no padding as one long row
+        ConvShape run_shape = s;
+        std::ptrdiff_t x_rs = static_cast<std::ptrdiff_t>(x.stride(2));
+        if (s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.sh == 1 && s.sw == 1 &&
+            s.oh == s.h && s.ow == s.w && (s.h == 1 || x_rs == s.w)) {
+            run_shape.w = run_shape.ow = s.h * s.w;
+            run_shape.h = run_shape.oh = 1;
+            x_rs = run_shape.w;
+        }
+        const float* px = static_cast<const float*>(x.data());
+        const float* pw = static_cast<const float*>(work.data());
+        float* py = static_cast<float*>(y.data());
+        const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), ys0 = y.stride(0),
+                             ys1 = y.stride(1);
+        const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
+        nb::gil_scoped_release nogil;
+        float* block = direct_ ? nullptr : conv_block();
+        for (int64_t u = u0; u < u1; ++u) {
+            int64_t rest = u;
+            const int64_t pb_i = rest % pblocks_;
+            rest /= pblocks_;
+            const int64_t mc = rest % mchunks_;
+            rest /= mchunks_;
+            const int64_t g = rest % group_, img = rest / group_;
+            const int64_t t0 = mc * tiles_ / mchunks_, t1 = (mc + 1) * tiles_ / mchunks_;
+            const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
+            const int64_t p0 = pb_i * ptile_step_, p1 = std::min(p0 + ptile_step_, ptiles_);
+            const float* wg = packed_.get() + g * per_group_;
+            float* yg = py + img * ys0 + g * mg_ * ys1;
+            const float* bg = pb ? pb + g * mg_ : nullptr;
+            if (direct_) {
+                const DirectShape& d = direct_shape_;
+                isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
+                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, ys1, bg,
+                                  act);
+                continue;
+            }
+            const float* xg = px + img * xs0 + g * s.c * xs1;
+            const int64_t positions = s.oh * s.ow;
+            for (int64_t j0 = p0 * cnr; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
+                const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
+                isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, ys1, bg, act,
+                                block);
+            }
+        }
+    }
+
+private:
+    void pack_weight(const InArray& w) {
+        const size_t bytes =
+            ((static_cast<size_t>(per_group_ * group_) * sizeof(float) + 63) / 64) * 64;
+        packed_.reset(static_cast<float*>(std::aligned_alloc(64, bytes > 0 ? bytes : 64)));
+        if (!packed_) throw std::bad_alloc();
+        const ConvShape& s = shape_;
+        std::vector<float> dense(static_cast<size_t>(m_ * k_));
+        const float* pw = static_cast<const float*>(w.data());
+        for (int64_t o = 0; o < m_; ++o)  // w in any strides -> dense (m, k) rows
+            for (int64_t ci = 0; ci < s.c; ++ci)
+                for (int64_t y = 0; y < s.kh; ++y)
+                    for (int64_t x = 0; x < s.kw; ++x)
+                        dense[o * k_ + (ci * s.kh + y) * s.kw + x] =
+                            pw[o * w.stride(0) + ci * w.stride(1) + y * w.stride(2) +
+                               x * w.stride(3)];
+        for (int64_t g = 0; g < group_; ++g)
+            isa_->conv_pack_w(mg_, k_, dense.data() + g * mg_ * k_,
+                              packed_.get() + g * per_group_);
+    }
+
+    void check_x(const InArray& x) const {
+        check_matrix(x, "x", 4);
+        const std::vector<int64_t> want{n_, shape_.c * group_, shape_.h, shape_.w};
+        if (shape_of(x) != want)
+            throw nb::value_error(
+                ("x must have shape " + dims(want) + ", got " + dims(shape_of(x))).c_str());
+        if (shape_.w > 1 && x.stride(3) != 1)
+            throw nb::value_error("x must have unit column stride");
+    }
+
+    template <class A>
+    void check_work(const A& work) const {
+        check_flat(work, "work");
+        if (static_cast<int64_t>(work.size()) < work_floats())
+            throw nb::value_error(("work must hold " + std::to_string(work_floats()) +
+                                   " floats, got " + std::to_string(work.size()))
+                                      .c_str());
+    }
+
+    const IsaKernels* isa_;
+    ConvShape shape_{};
+    DirectShape direct_shape_{};
+    std::vector<int64_t> offs_;
+    int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
+    int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
+    bool direct_ = false;
+    std::unique_ptr<float, FreeDeleter> packed_;
+};
+
+ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
+                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                    const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
+                    const std::string& isa) {
+    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa);
+}
+
+// ---- MaxPool ---------------------------------------------------------------------------------
+
+// y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
+// each axis, y's extents fix the windows.
+void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
+               const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+               const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
+               int64_t plane_end) {
+    const IsaKernels& kern = kernels_for(isa);
+    check_matrix(x, "x", 4);
+    check_matrix(y, "y", 4);
+    const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
+        {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
+    for (const auto& [v, what] : checks) {
+        const int64_t least = v == &pads ? 0 : 1;
+        if (v->size() != 2 || (*v)[0] < least || (*v)[1] < least)
+            throw nb::value_error((std::string(what) + " must be two integers >= " +
+                                   std::to_string(least) + ", got " + dims(*v))
+                                      .c_str());
+    }
+    const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
+    if (ys[0] != xs[0] || ys[1] != xs[1])
+        throw nb::value_error(
+            ("y " + dims(ys) + " must have the images and channels of x " + dims(xs)).c_str());
+    const int64_t planes = xs[0] * xs[1];
+    if (plane_end == -1) plane_end = planes;
+    if (plane_begin < 0 || plane_begin > plane_end || plane_end > planes)
+        throw nb::value_error(("plane range [" + std::to_string(plane_begin) + ", " +
+                               std::to_string(plane_end) + ") is not inside [0, " +
+                               std::to_string(planes) + ")")
+                                  .c_str());
+    check_flat(y, "y");
+    if (xs[3] > 1 && x.stride(3) != 1) throw nb::value_error("x must have unit column stride");
+    if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
+        throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
+    check_no_overlap(y, x, "x");
+    const ConvShape s{0, xs[2], xs[3], kernel[0], kernel[1], strides[0], strides[1],
+                      dilations[0], dilations[1], pads[0], pads[1], ys[2], ys[3]};
+    const float* px = static_cast<const float*>(x.data());
+    float* py = static_cast<float*>(y.data());
+    const std::ptrdiff_t x_cs = xs[1] > 1 ? x.stride(1) : x.stride(0), x_rs = x.stride(2);
+    thread_local std::vector<float> work;
+    nb::gil_scoped_release nogil;
+    work.resize(static_cast<size_t>(3 * (s.w + s.pw + (s.ow + s.kw) * (s.sw + s.dw))));
+    kern.maxpool2d(s, px, x_cs, x_rs, plane_begin, plane_end, py, ys[2] * ys[3], work.data());
+}
+
+// ---- element-wise functions ------------------------------------------------------------------
+
+int parse_unary(const std::string& name) {
+    if (name == "exp") return OP_EXP;
+    if (name == "tanh") return OP_TANH;
+    if (name == "sigmoid") return OP_SIGMOID;
+    if (name == "erf") return OP_ERF;
+    if (name == "gelu") return OP_GELU;
+    throw nb::value_error(
+        ("unknown function '" + name + "'; expected exp, tanh, sigmoid, erf or gelu").c_str());
 }
 
 // out.flat[begin:end] = fn(x.flat[begin:end]); out is x itself (in place) or apart from it.
@@ -383,9 +699,31 @@ NB_MODULE(_native, m) {
           "out[rows] = a[rows] @ b in the canonical exact order; NaN -> 0x7FC00000.");
     m.def("unary", &unary, nb::arg("fn"), nb::arg("x"), nb::arg("out"), nb::arg("isa"),
           nb::arg("begin") = 0, nb::arg("end") = -1,
-          "out.flat[begin:end] = fn(x.flat[begin:end]) for fn in exp, tanh, sigmoid, erf "
+          "out.flat[begin:end] = fn(x.flat[begin:end]) for fn in exp, tanh, sigmoid, erf, gelu "
           "(float32, C-contiguous, out is x or apart from it) in exact mode's operation order; "
           "NaN -> 0x7FC00000.");
+    nb::class_<ConvPlan>(m, "ConvPlan", "A planned 2-D convolution: packed weight, work units.")
+        .def_prop_ro("units", &ConvPlan::units)
+        .def_prop_ro("nbytes", &ConvPlan::nbytes)
+        .def_prop_ro("work_floats", &ConvPlan::work_floats)
+        .def_prop_ro("direct", &ConvPlan::direct)
+        .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"),
+             "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
+        .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
+             nb::arg("bias").none(), nb::arg("activation"), nb::arg("unit_begin") = 0,
+             nb::arg("unit_end") = -1,
+             "y = act(conv(x) + bias) for units [unit_begin, unit_end) (activation none or "
+             "relu); units are independent outputs, so any split gives the same bits.");
+    m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
+          nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
+          nb::arg("isa"), nb::rv_policy::take_ownership,
+          "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
+          "output extents, which fix the pads after).");
+    m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
+          nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
+          nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1,
+          "y = MaxPool(x), float32 NCHW (y C-contiguous; pads = the pads before each axis, "
+          "y's extents fix the windows), for planes [plane_begin, plane_end); NaN propagates.");
     m.def("canonicalize_nan", &canonicalize_nan, nb::arg("x"),
           "Rewrite every NaN of x to 0x7FC00000 in place.");
 }

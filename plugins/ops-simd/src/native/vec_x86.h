@@ -14,6 +14,7 @@
         static inline T mul(T x, T y) { return P##_mul_ps(x, y); }                 \
         static inline T add(T x, T y) { return P##_add_ps(x, y); }                 \
         static inline T madd(T a, T b, T c) { return P##_fmadd_ps(a, b, c); }      \
+        static inline T max(T x, T y) { return P##_max_ps(x, y); }                 \
     }
 
 // Lanes of one x86 register type for unary_driver.inc, from the intrinsic prefix and the mask

@@ -1,0 +1,191 @@
+"""Conv and FusedConv on the native convolution, falling back to the table's numpy kernel.
+
+``infer`` lets the numpy kernel validate and plan the node on a probe context (its errors, its
+output type, its geometry), then takes the native kernel for a fast-mode float32 2-D
+convolution with a constant weight and
+
+* where it beat numpy's kernel on every measured layer shape (:func:`native_wins`): with unit
+  strides and a kernel above 1x1 the native kernel reads the taps straight from a padded copy
+  of the image (nothing is packed); otherwise it packs blocks of columns that stay in cache,
+  which pays on many output positions, while numpy's BLAS multiplies a 1x1 unit-stride
+  convolution's image in place with no copy at all;
+* at least ``MIN_GROUP_CHANNELS`` output channels per group: a depthwise or thin grouped
+  convolution would fill one row of a 16-row micro-tile (ops-basic's per-tap kernel is
+  better there).
+
+The bias and a fused Relu are applied in the kernel's registers; a fused Gelu (erf form) is the
+native Gelu this path's Gelu operator runs, and FusedConv's other activations (Clip, Sigmoid,
+Gelu tanh) run ops-basic's own epilogue calls afterwards, so a fused node gives the bits of the
+unfused pair on the same path.  Work is split into units (image, group,
+output channels, positions) fixed by the shapes; every output's arithmetic is the same in any
+unit, so results do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphrt.kernel import InferContext, KernelContext
+from graphrt_ops_basic import conv as basic_conv
+from graphrt_ops_basic import fused as basic_fused
+
+from . import _native
+from .elementwise import native_gelu_call
+from .fused import GeluTail, bind_gelu_tail, infer_with_native_gelu, native_gelu
+from .kernels import NativeKernel, trial_infer
+
+F32 = np.dtype(np.float32)
+#: Paths whose fast mode uses the native convolution (the scalar path is for exact mode).
+FAST_ISAS = frozenset({"avx2", "avx512"})
+#: Fewest output channels per group worth a native micro-tile.
+MIN_GROUP_CHANNELS = 8
+#: Fewest output positions for which the strided (packing) kernel beat numpy's im2col.
+PACKED_MIN_POSITIONS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    native: Any  # _native.ConvPlan
+    work: int | None  # scratch index of the staged image (unit-stride kernels)
+    bias: np.ndarray | None  # a constant bias, contiguous float32
+    activation: str  # in the kernel: "none" or "relu"
+    epilogue: Any = None  # FusedConv's numpy epilogue (Clip, Sigmoid, Gelu tanh), else None
+    gelu: bool = False  # FusedConv's Gelu (erf form): the native Gelu, after the product
+
+
+def native_wins(w: Any, wshape: Sequence[int], group: int) -> bool:
+    """Whether the native kernel beat numpy's on such a convolution (one thread, AVX-512,
+    every layer shape of light_resnet50 and light_squeezenet: bench/conv_micro.py --model,
+    plugins/ops-simd/README.md).
+
+    Unit strides and a kernel above 1x1 (the direct kernel, no copies): always.  Otherwise the
+    native kernel packs its columns while numpy copies them (im2col) or, for a 1x1 kernel with
+    unit strides, multiplies the image in place: packing pays on many output positions, and
+    for the 1x1 case on many output channels per packed column.
+    """
+    positions = math.prod(w.out)
+    if w.strides != (1, 1):
+        return positions >= PACKED_MIN_POSITIONS
+    if w.kernel != (1, 1):
+        return True
+    channels, depth = wshape[0] // group, math.prod(wshape[1:])
+    return (
+        channels >= 2 * depth
+        or channels >= 256
+        or (channels >= 64 and positions >= PACKED_MIN_POSITIONS)
+    )
+
+
+class Conv(NativeKernel):
+    plan_type = _Plan
+
+    def fused_activation(self) -> str:
+        return ""
+
+    def infer(self, ctx: InferContext) -> None:
+        trial = trial_infer(self.base, ctx)
+        plan = trial.prepared
+        (dtype, out_shape), *_ = trial.output_types()
+        if (
+            ctx.exact
+            or self.isa not in FAST_ISAS
+            or not isinstance(plan, basic_conv._Plan)
+            or dtype != F32
+            or any(ctx.dtype(i) != F32 for i in range(ctx.num_inputs) if ctx.has_input(i))
+            or len(out_shape) != 4
+            or ctx.known_value(1) is None
+            or out_shape[1] // plan.group < MIN_GROUP_CHANNELS
+            or not native_wins(plan.w, ctx.shape(1), plan.group)
+        ):
+            return self.fallback(ctx)
+        ctx.set_output(0, dtype, out_shape)
+        w = plan.w
+        native = _native.conv_plan(
+            np.ascontiguousarray(ctx.known_value(1), dtype=F32),
+            plan.group,
+            list(ctx.shape(0)),
+            list(w.strides),
+            list(w.dilations),
+            list(w.begin),
+            list(w.out),
+            self.isa,
+        )
+        work = ctx.add_scratch(F32, (native.work_floats,)) if native.work_floats else None
+        bias = ctx.known_value(2) if ctx.has_input(2) else None
+        if bias is not None:
+            bias = np.ascontiguousarray(bias.reshape(-1), dtype=F32)
+        kind = self.fused_activation()
+        epilogue, gelu = None, False
+        if kind == "Gelu" and native_gelu(self.base.act, ctx.exact, dtype, self.isa):
+            gelu = True  # the native Gelu this path's Gelu operator runs
+        elif kind not in ("", "Relu"):
+            epilogue = basic_fused.plan_epilogue(self.base, ctx, self.base.act, bias=False)
+        activation = "relu" if kind == "Relu" else "none"
+        ctx.prepared = _Plan(native, work, bias, activation, epilogue, gelu)
+
+    def bind_native(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        p: _Plan = ctx.prepared
+        x, y = inputs[0], outputs[0]
+        bias = p.bias
+        if bias is None and len(inputs) > 2 and inputs[2] is not None:
+            bias = inputs[2]
+        work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
+        run = p.native.run
+        threads = getattr(ctx.pool, "threads", 1)
+        if threads > 1 and p.native.units > 1:
+
+            def unit(i: int, x: np.ndarray = x) -> None:
+                run(x, work, y, bias, p.activation, i, i + 1)
+
+            product = functools.partial(ctx.parallel_for, p.native.units, unit)
+        else:
+            product = functools.partial(run, x, work, y, bias, p.activation, 0, -1)
+        calls = [product]
+        if p.native.direct:
+            calls.insert(0, functools.partial(p.native.stage, x, work))
+        if p.epilogue is not None:
+            calls += basic_fused.epilogue_calls(ctx, p.epilogue, y)
+        if p.gelu:
+            calls.append(native_gelu_call(y, self.isa, ctx))
+        if x.ndim == 4 and x.shape[3] > 1 and x.strides[3] != 4:  # a strided view: copy it
+            return functools.partial(_with_contiguous_x, self, ctx, inputs, outputs)
+        return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
+
+
+class FusedConv(Conv):
+    """A FusedConv left to the numpy kernel still ends in the path's native Gelu."""
+
+    def fused_activation(self) -> str:
+        return self.base.act.kind
+
+    def fallback(self, ctx: InferContext) -> None:
+        infer_with_native_gelu(self, ctx)
+
+    def bind(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        if isinstance(ctx.prepared, GeluTail):
+            return bind_gelu_tail(self, ctx, inputs, outputs)
+        return super().bind(ctx, inputs, outputs)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        self.bind(ctx, inputs, outputs)()
+
+
+def _with_contiguous_x(
+    kernel: Conv, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+) -> None:
+    kernel.bind_native(ctx, [np.ascontiguousarray(inputs[0]), *inputs[1:]], outputs)()
+
+
+def _call_all(calls: list[Callable[[], Any]]) -> None:
+    for f in calls:
+        f()

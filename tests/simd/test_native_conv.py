@@ -1,0 +1,252 @@
+"""The native 2-D convolution: values against a float64 reference on every ISA, bits that do
+not depend on how the work is split, which convolutions take it, and refusals of bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from onnx import helper
+
+import graphrt
+from tests._models import init, make_model, tensor
+from tests.simd._simd import ALL_PATHS, ISAS, bits, on_every_isa, path_or_skip, simd
+
+F32 = np.float32
+
+
+def reference(x, w, b, group, strides, dilations, pads, out):
+    """float64 convolution by taps: each tap a strided view of the zero-padded image."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw), (ph, pw), (oh, ow) = strides, dilations, pads, out
+    xp = np.zeros((n, c, ph + h + kh * dh + oh * sh, pw + wd + kw * dw + ow * sw))
+    xp[:, :, ph : ph + h, pw : pw + wd] = x
+    y = np.zeros((n, m, oh, ow))
+    mg = m // group
+    for g in range(group):
+        for dy in range(kh):
+            for dx in range(kw):
+                rows = slice(dy * dh, dy * dh + oh * sh, sh)
+                cols = slice(dx * dw, dx * dw + ow * sw, sw)
+                patch = xp[:, g * cg : (g + 1) * cg, rows, cols]
+                y[:, g * mg : (g + 1) * mg] += np.einsum(
+                    "ncij,mc->nmij", patch, w[g * mg : (g + 1) * mg, :, dy, dx]
+                )
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y
+
+
+def out_extent(size, k, s, d, before, after):
+    return (size + before + after - d * (k - 1) - 1) // s + 1
+
+
+@st.composite
+def geometries(draw):
+    group = draw(st.sampled_from([1, 1, 2, 3]))
+    cg, mg = draw(st.integers(1, 12)), draw(st.integers(1, 40))
+    n = draw(st.integers(1, 2))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    ph, pw = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    ah, aw = draw(st.integers(0, 3)), draw(st.integers(0, 3))  # pads after
+    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - ph - ah), 24))
+    w = draw(st.integers(max(1, dw * (kw - 1) + 1 - pw - aw), 40))
+    out = (out_extent(h, kh, sh, dh, ph, ah), out_extent(w, kw, sw, dw, pw, aw))
+    return dict(
+        x_shape=(n, cg * group, h, w),
+        w_shape=(mg * group, cg, kh, kw),
+        group=group,
+        strides=(sh, sw),
+        dilations=(dh, dw),
+        pads=(ph, pw),
+        out=out,
+        seed=draw(st.integers(0, 2**31)),
+        bias=draw(st.booleans()),
+        act=draw(st.sampled_from(["none", "relu"])),
+    )
+
+
+def _run(isa, g, x, w, b, split):
+    plan = simd.conv_plan(
+        w, g["group"], list(x.shape), g["strides"], g["dilations"], g["pads"], g["out"], isa
+    )
+    work = np.full(plan.work_floats, np.nan, F32)  # staging must write what the kernel reads
+    y = np.full((x.shape[0], w.shape[0], *g["out"]), np.nan, F32)
+    plan.stage(x, work)
+    if split:
+        for u in reversed(range(plan.units)):
+            plan.run(x, work, y, b, g["act"], u, u + 1)
+    else:
+        plan.run(x, work, y, b, g["act"])
+    return y
+
+
+@on_every_isa(geometries())
+def test_values_and_split_independence(isa, g):
+    rng = np.random.default_rng(g["seed"])
+    x = rng.standard_normal(g["x_shape"]).astype(F32)
+    w = rng.standard_normal(g["w_shape"]).astype(F32)
+    b = rng.standard_normal(g["w_shape"][0]).astype(F32) if g["bias"] else None
+    whole = _run(isa, g, x, w, b, split=False)
+    want = reference(x, w, b, g["group"], g["strides"], g["dilations"], g["pads"], g["out"])
+    if g["act"] == "relu":
+        want = np.maximum(want, 0)
+    depth = g["w_shape"][1] * g["w_shape"][2] * g["w_shape"][3]
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * depth)
+    np.testing.assert_array_equal(bits(_run(isa, g, x, w, b, split=True)), bits(whole))
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+def test_nan_propagates_through_relu_and_strided_input(isa):
+    path_or_skip(isa)
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((2, 8, 12, 30)).astype(F32)
+    x = big[:, :, :, ::2]  # unit column stride is required: refused, then copied
+    w = rng.standard_normal((16, 8, 3, 3)).astype(F32)
+    x_c = np.ascontiguousarray(x)
+    x_c[0, 2, 5, 5] = np.nan
+    g = dict(group=1, strides=(1, 1), dilations=(1, 1), pads=(1, 1), out=(12, 15), act="relu")
+    y = _run(isa, g, x_c, w, None, split=False)
+    assert np.isnan(y[0, :, 4:7, 4:7]).all() and not np.isnan(y[1]).any()
+    plan = simd.conv_plan(w, 1, list(x.shape), [1, 1], [1, 1], [1, 1], [12, 15], isa)
+    with pytest.raises(ValueError, match="unit column stride"):
+        plan.stage(x, np.empty(plan.work_floats, F32))
+
+
+def _conv_model(c, m, k, stride, pad, group=1, relu=True, clip=False, n=2, size=17):
+    rng = np.random.default_rng(c * 100 + m)
+    inits = [
+        init("w", (rng.standard_normal((m, c // group, k, k)) * 0.2).astype(F32)),
+        init("b", rng.standard_normal(m).astype(F32)),
+    ]
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], strides=[stride] * 2, pads=[pad] * 4, group=group
+        )
+    ]
+    last = "c"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["r"]))
+        last = "r"
+    if clip:
+        lo, hi = init("lo", np.array(-0.5, F32)), init("hi", np.array(0.7, F32))
+        inits += [lo, hi]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    model = make_model(nodes, [tensor("x", shape=[n, c, size, size])], [tensor("y")], inits)
+    x = np.random.default_rng(7).standard_normal((n, c, size, size)).astype(F32)
+    return model, {"x": x}
+
+
+MODELS = {
+    "3x3": dict(c=16, m=24, k=3, stride=1, pad=1),
+    "5x5/2": dict(c=8, m=32, k=5, stride=2, pad=2, size=40),
+    "1x1/2": dict(c=16, m=20, k=1, stride=2, pad=0, size=40),
+    "1x1 wide": dict(c=8, m=40, k=1, stride=1, pad=0),
+    "grouped": dict(c=16, m=32, k=3, stride=1, pad=1, group=2),
+    "no relu": dict(c=6, m=17, k=3, stride=1, pad=0, relu=False),
+    "clip": dict(c=6, m=17, k=3, stride=1, pad=1, clip=True),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
+def test_sessions_fused_and_threaded(path, name, monkeypatch):
+    """Native fast mode agrees with the numpy path in value; fusion (level basic: Conv+Relu
+    into FusedConv) and the thread count leave its bits unchanged."""
+    path_or_skip(path)
+    import graphrt_ops_simd.conv as native_conv
+
+    runs = []
+    real = native_conv._native.conv_plan
+    monkeypatch.setattr(
+        native_conv._native, "conv_plan", lambda *a, **kw: (runs.append(1), real(*a, **kw))[1]
+    )
+    model, feed = _conv_model(**MODELS[name])
+    want = graphrt.Session(model, kernel_path="numpy").run(None, feed)[0]
+    results = []
+    for level, threads in (("none", 1), ("basic", 1), ("basic", 2), ("all", 4)):
+        sess = graphrt.Session(
+            model, kernel_path=path, optimization_level=level, intra_op_threads=threads
+        )
+        results.append(sess.run(None, feed)[0])
+    assert runs, "the native convolution was not planned"
+    np.testing.assert_allclose(results[0], want, rtol=1e-4, atol=1e-4)
+    for got in results[1:]:
+        np.testing.assert_array_equal(bits(got), bits(results[0]))
+
+
+@pytest.mark.parametrize(
+    "kw, native",
+    [
+        (dict(c=16, m=16, k=1, stride=1, pad=0), False),  # few channels: numpy's BLAS
+        (dict(c=16, m=16, k=3, stride=1, pad=1, group=16), False),  # depthwise
+        (dict(c=16, m=16, k=3, stride=1, pad=1), True),
+        (dict(c=16, m=16, k=1, stride=2, pad=0, size=40), True),  # 20 x 20 positions
+        (dict(c=16, m=16, k=3, stride=2, pad=1), False),  # 9 x 9 positions: numpy's im2col
+        (dict(c=16, m=32, k=1, stride=1, pad=0), True),  # each column serves 2x its depth
+    ],
+)
+def test_which_convolutions_go_native(kw, native, monkeypatch):
+    path = path_or_skip(ISAS[-1]) if ISAS[-1] != "scalar" else pytest.skip("no SIMD path here")
+    import graphrt_ops_simd.conv as native_conv
+
+    runs = []
+    real = native_conv._native.conv_plan
+    monkeypatch.setattr(
+        native_conv._native, "conv_plan", lambda *a, **k: (runs.append(1), real(*a, **k))[1]
+    )
+    model, feed = _conv_model(**kw)
+    graphrt.Session(model, kernel_path=path).run(None, feed)
+    graphrt.Session(model, kernel_path=path, mode="exact").run(None, feed)  # exact: numpy's
+    assert bool(runs) == native
+    assert len(runs) <= 1
+
+
+def test_refusals():
+    w = np.ones((8, 4, 3, 3), F32)
+    ok = dict(w=w, group=1, x_shape=[1, 4, 6, 6], strides=[1, 1], dilations=[1, 1],
+              pads=[1, 1], out=[6, 6], isa="scalar")  # fmt: skip
+    bad = [
+        (dict(group=3), ValueError, "does not fit"),
+        (dict(x_shape=[1, 4, 6]), ValueError, "x_shape"),
+        (dict(strides=[0, 1]), ValueError, "strides"),
+        (dict(pads=[-1, 0]), ValueError, "pads"),
+        (dict(out=[0, 6]), ValueError, "out"),
+        (dict(isa="sse9"), ValueError, "unknown isa"),
+        (dict(w=np.ones((8, 4, 3), F32)), ValueError, "dimension"),
+        (dict(w=np.ones((8, 4, 3, 3))), TypeError, "float32"),
+    ]
+    for change, kind, message in bad:
+        with pytest.raises(kind, match=message):
+            simd.conv_plan(**{**ok, **change})
+    plan = simd.conv_plan(**ok)
+    x, y = np.ones((1, 4, 6, 6), F32), np.empty((1, 8, 6, 6), F32)
+    work = np.empty(plan.work_floats, F32)
+    plan.stage(x, work)
+    runs = [
+        (dict(x=np.ones((1, 4, 6, 7), F32)), ValueError, "x must have shape"),
+        (dict(y=np.empty((1, 8, 6, 5), F32)), ValueError, "y must have shape"),
+        (dict(y=np.empty((1, 8, 6, 12), F32)[..., ::2]), ValueError, "contiguously"),
+        (dict(work=np.empty(plan.work_floats - 1, F32)), ValueError, "work must hold"),
+        (dict(bias=np.ones(7, F32)), ValueError, "bias must have 8"),
+        (dict(bias=np.ones(8)), TypeError, "float32"),
+        (dict(activation="gelu"), ValueError, "activation"),
+        (dict(activation="sigmoid"), ValueError, "'none' or 'relu'"),
+        (dict(u1=plan.units + 1), ValueError, "unit range"),
+        (dict(x=np.ones((1, 4, 6, 6), np.float64)), TypeError, "float32"),
+    ]
+    base = dict(x=x, work=work, y=y, bias=None, activation="none", u0=0, u1=-1)
+    for change, kind, message in runs:
+        args = {**base, **change}
+        with pytest.raises(kind, match=message):
+            plan.run(args["x"], args["work"], args["y"], args["bias"], args["activation"],
+                     args["u0"], args["u1"])  # fmt: skip
+    shared = np.ones(1 * 8 * 6 * 6, F32)
+    with pytest.raises(ValueError, match="overlap"):
+        plan.run(shared[: 4 * 36].reshape(1, 4, 6, 6), work, shared.reshape(1, 8, 6, 6), None,
+                 "none")  # fmt: skip
