@@ -1,13 +1,17 @@
-"""Conv micro-benchmark: graphrt's Conv kernel against onnxruntime on ResNet-50 layer shapes.
+"""Conv micro-benchmark: graphrt's Conv kernels against onnxruntime on real layer shapes.
 
-    .venv/bin/python bench/conv_micro.py                 # every layer, 50 timed runs each
+    .venv/bin/python bench/conv_micro.py                 # ResNet-50 layers, 50 timed runs each
     .venv/bin/python bench/conv_micro.py --repeat 200 --layers 3x3,1x1
+    .venv/bin/python bench/conv_micro.py --model light_squeezenet   # every conv of a model
 
 One intra-op thread on both sides and numpy's BLAS held to one thread (threadpoolctl).  For each
-layer it prints the best time of: graphrt's bound kernel step (what a plan's run loop calls),
-a graphrt session running the one-node model, and an onnxruntime session; the ratios are over
-onnxruntime.  Runs alternate between the runtimes, so load on the machine hits all of them;
-the minimum is reported because it is the least disturbed by other processes.
+layer it prints the best time of: ops-basic's bound numpy kernel step (what a plan's run loop
+calls), the native kernel of graphrt-ops-simd (its ConvPlan on the best ISA, staged and run,
+when the plugin is installed), a graphrt session running the one-node model (which picks one
+of the two), and an onnxruntime session; ratios are over onnxruntime, and ``--model`` weights
+each shape by how often the model has it.  Runs alternate between the runtimes, so load on the
+machine hits all of them; the minimum is reported because it is the least disturbed by other
+processes.  plugins/ops-simd/README.md has the figures that chose where the native kernel runs.
 """
 
 from __future__ import annotations
@@ -60,6 +64,61 @@ def conv_model(cin: int, size: int, cout: int, k: int, s: int, p: int, group: in
     return model, node, w, b
 
 
+def model_layers(name: str) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Every Conv of an onnx-shipped light model: its LAYERS-style shape and how often."""
+    import os
+
+    import onnx
+    from onnx import shape_inference
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    model = shape_inference.infer_shapes(onnx.load(os.path.join(path, f"{name}.onnx")))
+    graph = model.graph
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in [*graph.value_info, *graph.input]
+    }
+    shapes.update({t.name: list(t.dims) for t in graph.initializer})
+    found: dict[str, tuple[tuple[int, ...], int]] = {}
+    for node in graph.node:
+        if node.op_type != "Conv":
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        x, w = shapes[node.input[0]], shapes[node.input[1]]
+        layer = (
+            x[1],
+            x[2],
+            w[0],
+            w[2],
+            attrs.get("strides", [1])[0],
+            attrs.get("pads", [0])[0],
+            attrs.get("group", 1),
+        )
+        label = f"{w[2]}x{w[2]}/{layer[4]} {x[1]}->{w[0]} {x[2]}"
+        found[label] = (layer, found.get(label, (layer, 0))[1] + 1)
+    return found
+
+
+def native_kernel(shape: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarray):
+    """The ops-simd native convolution on the best ISA, staged and run (None without it)."""
+    try:
+        from graphrt_ops_simd import _native
+    except ImportError:
+        return None
+    _, size, cout, k, s, p, group = shape
+    out = (size + 2 * p - k) // s + 1
+    isa = _native.available_isas()[-1]
+    plan = _native.conv_plan(w, group, list(x.shape), [s, s], [1, 1], [p, p], [out, out], isa)
+    work = np.empty(plan.work_floats, np.float32)
+    y = np.empty((1, cout, out, out), np.float32)
+
+    def run() -> None:
+        plan.stage(x, work)
+        plan.run(x, work, y, b, "none")
+
+    return run, y
+
+
 def bound_kernel(node, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[Callable, np.ndarray]:
     """The kernel as a plan runs it: infer with constant W and B, then one bound step."""
     kernel = Conv(node_info(node, 17))
@@ -88,22 +147,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
+    parser.add_argument("--model", help="every Conv of this light model (e.g. light_resnet50)")
     args = parser.parse_args()
     wanted = [s for s in args.layers.split(",") if s]
+    layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
     threadpool_limits(limits=1, user_api="blas")
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    print("| layer | gr kernel ms | gr session ms | ort ms | kernel/ort | session/ort |")
-    print("|---|---|---|---|---|---|")
-    totals = np.zeros(3)
-    for name, shape in LAYERS.items():
+    print(
+        "| layer | count | numpy ms | native ms | session ms | ort ms | numpy/ort | native/ort "
+        "| session/ort |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    totals = np.zeros(4)
+    for name, (shape, count) in layers.items():
         if wanted and not any(s in name for s in wanted):
             continue
         model, node, w, b = conv_model(*shape)
         x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
         x = x.astype(np.float32)
         step, y = bound_kernel(node, x, w, b)
+        native = native_kernel(shape, x, w, b)
         sess = graphrt.Session(model, intra_op_threads=1)
         out = {"y": np.empty(y.shape, np.float32)}
         osess = ort.InferenceSession(
@@ -112,19 +177,27 @@ def main() -> None:
         expected = osess.run(None, {"x": x})[0]
         step()
         np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-3)
-        times = best_of(
-            [
-                step,
-                functools.partial(sess.run, None, {"x": x}, out=out),
-                functools.partial(osess.run, None, {"x": x}),
-            ],
-            args.repeat,
-        )
+        fns = [step, functools.partial(sess.run, None, {"x": x}, out=out)]
+        fns.append(functools.partial(osess.run, None, {"x": x}))
+        if native is not None:
+            native[0]()
+            np.testing.assert_allclose(native[1], expected, rtol=1e-3, atol=1e-3)
+            fns.insert(1, native[0])
+        times = best_of(fns, args.repeat)
+        if native is None:
+            times.insert(1, float("nan"))
+        times = [t * count for t in times]
         totals += times
-        k, s, o = times
-        print(f"| {name} | {k:.3f} | {s:.3f} | {o:.3f} | {k / o:.2f} | {s / o:.2f} |")
-    k, s, o = totals
-    print(f"| total | {k:.3f} | {s:.3f} | {o:.3f} | {k / o:.2f} | {s / o:.2f} |")
+        k, n, s, o = times
+        print(
+            f"| {name} | {count} | {k:.3f} | {n:.3f} | {s:.3f} | {o:.3f} | {k / o:.2f} "
+            f"| {n / o:.2f} | {s / o:.2f} |"
+        )
+    k, n, s, o = totals
+    print(
+        f"| total | | {k:.3f} | {n:.3f} | {s:.3f} | {o:.3f} | {k / o:.2f} | {n / o:.2f} "
+        f"| {s / o:.2f} |"
+    )
 
 
 if __name__ == "__main__":
