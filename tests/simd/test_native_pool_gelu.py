@@ -145,33 +145,55 @@ def test_gelu_values(isa):
     assert bits(y[-1:])[0] == 0x7FC00000
 
 
-def _gelu_model(fused_with: str):
+def _fused_model(fused_with: str, act: str, rows: int = 6):
     rng = np.random.default_rng(5)
     if fused_with == "matmul":
         inits = [init("w", (rng.standard_normal((24, 40)) * 0.3).astype(F32)),
                  init("b", rng.standard_normal(40).astype(F32))]  # fmt: skip
         nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
                  helper.make_node("Add", ["m", "b"], ["a"])]  # fmt: skip
-        x_shape = [6, 24]
+        x_shape = [rows, 24]
     else:
         inits = [init("w", (rng.standard_normal((12, 3, 3, 3)) * 0.3).astype(F32))]
         nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1])]
         x_shape = [2, 3, 20, 20]
-    nodes.append(helper.make_node("Gelu", ["a"], ["y"]))
+    nodes.append(helper.make_node(act, ["a"], ["y"]))
     model = make_model(nodes, [tensor("x", shape=x_shape)], [tensor("y")], inits, opset=20)
     x = np.random.default_rng(6).standard_normal(x_shape).astype(F32)
     return model, {"x": x}
 
 
-@pytest.mark.parametrize("fused_with", ["matmul", "conv"])
+@pytest.mark.parametrize(
+    "fused_with, act, rows",
+    [
+        ("matmul", "Gelu", 6),
+        ("matmul", "Gelu", 300),
+        ("matmul", "Relu", 300),
+        ("matmul", "Identity", 300),
+        ("conv", "Gelu", 0),
+    ],
+)
 @pytest.mark.parametrize("path", ["avx2", "avx512"])
-def test_gelu_fused_keeps_bits_on_native_paths(path, fused_with):
+def test_fused_products_keep_bits_on_native_paths(path, fused_with, act, rows, monkeypatch):
+    """FusedMatMul (the native GEMM from 128 rows: bias and Relu in its epilogue) and
+    FusedConv ending in the native Gelu give the bits of the unfused nodes on the same path."""
     path_or_skip(path)
-    model, feed = _gelu_model(fused_with)
+    import graphrt_ops_simd.kernels as kernels
+
+    calls = []
+    real = kernels._native.gemm
+    monkeypatch.setattr(
+        kernels._native, "gemm", lambda *a, **k: (calls.append(a[6]), real(*a, **k))
+    )
+    model, feed = _fused_model(fused_with, act, rows)
     plain = graphrt.Session(model, kernel_path=path, optimization_level="none")
     fused = graphrt.Session(model, kernel_path=path, optimization_level="basic")
-    want, got = plain.run(None, feed)[0], fused.run(None, feed)[0]
+    want = plain.run(None, feed)[0]
+    calls.clear()
+    got = fused.run(None, feed)[0]
     np.testing.assert_array_equal(bits(got), bits(want))
+    if fused_with == "matmul":
+        assert calls and set(calls) == {"relu" if act == "Relu" else "none"}
     numpy_path = graphrt.Session(model, kernel_path="numpy").run(None, feed)[0]
     np.testing.assert_allclose(got, numpy_path, rtol=1e-5, atol=1e-5)
 

@@ -195,20 +195,25 @@ def test_matmul_exact_bits_and_fast_values(path, case, threads, native_calls):
 
 
 def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
-    """Default thresholds: a large product stays on numpy, a tiny one runs natively."""
+    """Default thresholds: tiny products and products of many rows run natively, a large
+    product of few rows stays on numpy; the scalar path's fast mode never runs natively."""
     import graphrt_ops_simd.kernels as kernels
 
     calls = []
     real = kernels._native.gemm
     monkeypatch.setattr(kernels._native, "gemm", lambda *a, **kw: (calls.append(1), real(*a, **kw)))
-    for shape, small in (((4, 24), True), ((128, 256), False)):
+    for shape in ((4, 24), (128, 256), (32, 1024)):
         model, feed = _matmul_model(shape, (shape[1], 32), True)
         for path in ALL_PATHS:
             if path not in ISAS:
                 continue
             calls.clear()
             _session(model, path).run(None, feed)
-            assert bool(calls) == (small and kernels.FAST_MAX_MACS[path] >= 4 * 24 * 32), path
+            macs = shape[0] * shape[1] * 32
+            rows = kernels.FAST_MIN_ROWS[path]
+            native = macs <= kernels.FAST_MAX_MACS[path] or (rows is not None and shape[0] >= rows)
+            assert bool(calls) == native, (path, shape)
+            assert native == {"scalar": False}.get(path, shape != (32, 1024)), (path, shape)
 
 
 @pytest.mark.parametrize("path", ALL_PATHS)

@@ -8,10 +8,11 @@ one thread (through threadpoolctl) and restored when the last session closes.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 __all__ = ["IntraOpPool", "blas_session_closed", "blas_session_opened", "resolve_threads"]
@@ -31,50 +32,93 @@ def resolve_threads(requested: int) -> int:
     return max(1, min(requested, MAX_THREADS))
 
 
+class _Job:
+    """One ``parallel_for`` call: items are claimed and counted with ``itertools.count``, whose
+    ``next`` is atomic under the GIL, so no lock is taken per item."""
+
+    __slots__ = ("claim", "done", "errors", "finished", "fn", "n")
+
+    def __init__(self, n: int, fn: Callable[[int], None]) -> None:
+        self.n = n
+        self.fn = fn
+        self.claim = itertools.count()
+        self.finished = itertools.count()
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        """Claim and run items until none is left; the thread finishing the last sets done."""
+        n, fn = self.n, self.fn
+        while True:
+            i = next(self.claim)
+            if i >= n:
+                return
+            try:
+                if not self.errors:
+                    fn(i)
+            except BaseException as exc:
+                self.errors.append(exc)
+            finally:
+                if next(self.finished) == n - 1:
+                    self.done.set()
+
+
 class IntraOpPool:
-    """``threads - 1`` workers plus the calling thread; work is claimed block by block."""
+    """``threads - 1`` persistent workers plus the calling thread; work is claimed item by item.
+
+    A call publishes its job and wakes as many workers as it has items beyond its own first;
+    the caller runs items too, so a worker that wakes late finds nothing left and costs nothing.
+    Workers outlive calls (no thread start, no future per call: a call costs a few wake-ups),
+    and concurrent calls from several threads each get their own job.
+    """
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._executor = (
-            ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="graphrt-intra-op")
-            if threads > 1
-            else None
-        )
+        self._cond = threading.Condition()
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._stopped = False
+        self._workers = [
+            threading.Thread(target=self._work, name=f"graphrt-intra-op-{k}", daemon=True)
+            for k in range(threads - 1)
+        ]
+        for worker in self._workers:
+            worker.start()
 
     def parallel_for(self, n: int, fn: Callable[[int], None]) -> None:
-        if self._executor is None or n <= 1:
+        if self.threads == 1 or n <= 1 or self._stopped:
             for i in range(n):
                 fn(i)
             return
-        lock = threading.Lock()
-        next_block = [0]
-        errors: list[BaseException] = []
+        job = _Job(n, fn)
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify(min(self.threads - 1, n - 1))
+        job.run()
+        job.done.wait()
+        with self._cond:
+            if job in self._jobs:
+                self._jobs.remove(job)
+        if job.errors:
+            raise job.errors[0]
 
-        def worker() -> None:
-            while True:
-                with lock:
-                    i = next_block[0]
-                    next_block[0] += 1
-                if i >= n or errors:
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
                     return
-                try:
-                    fn(i)
-                except BaseException as exc:
-                    errors.append(exc)
-                    return
-
-        helpers = min(self.threads - 1, n - 1)
-        futures = [self._executor.submit(worker) for _ in range(helpers)]
-        worker()
-        for f in futures:
-            f.result()
-        if errors:
-            raise errors[0]
+                job = self._jobs[0]
+            job.run()
+            with self._cond:  # every item claimed: the next caller's job comes first
+                if self._jobs and self._jobs[0] is job:
+                    self._jobs.popleft()
+            del job  # an idle worker keeps no kernel's arrays alive
 
     def shutdown(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
 
 
 _blas_lock = threading.Lock()

@@ -21,7 +21,7 @@ from graphrt.kernel import InferContext, KernelContext
 from graphrt_ops_basic.fused import Activation
 
 from .elementwise import FAST_NATIVE, native_gelu_call
-from .kernels import NativeKernel
+from .kernels import MatMul, NativeKernel, Plan
 
 F32 = np.dtype(np.float32)
 
@@ -75,3 +75,50 @@ class FusedProduct(NativeKernel):
 def _both(first: Callable[[], Any], second: Callable[[], Any]) -> None:
     first()
     second()
+
+
+class FusedMatMul(MatMul):
+    """FusedMatMul on the native GEMM where MatMul would take it, with a constant per-column
+    bias and Relu in the GEMM's epilogue (after the whole sum: the same single add and the
+    same maximum as the unfused Add and Relu) and a Gelu as the native Gelu after it; other
+    biases and activations, and exact mode, are the table's kernel with the native Gelu tail."""
+
+    def infer(self, ctx: InferContext) -> None:
+        act = self.base.act
+        bias = ctx.known_value(2) if ctx.has_input(2) else None
+        n = ctx.shape(1)[-1] if len(ctx.shape(1)) == 2 else None
+        per_column = not ctx.has_input(2) or (
+            bias is not None and n is not None and bias.size == n and bias.shape[-1] == n
+        )
+        gelu = native_gelu(act, ctx.exact, ctx.dtype(0), self.isa)
+        if ctx.exact or not per_column or not (act.kind in ("", "Relu") or gelu):
+            return self.fallback(ctx)
+        super().infer(ctx)
+        plan = ctx.prepared
+        if isinstance(plan, Plan):
+            vector = None if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=F32)
+            ctx.prepared = dataclasses.replace(
+                plan,
+                bias=vector,
+                bias_axis="col",
+                activation="relu" if act.kind == "Relu" else "none",
+                gelu=gelu,
+            )
+
+    def fallback(self, ctx: InferContext) -> None:
+        infer_with_native_gelu(self, ctx)
+
+    def epilogue(
+        self, ctx: KernelContext, p: Plan, inputs: Sequence[Any], y: np.ndarray
+    ) -> list[Callable[[], Any]]:
+        return [native_gelu_call(y, self.isa, ctx)] if p.gelu else []
+
+    def bind(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        if isinstance(ctx.prepared, GeluTail):
+            return bind_gelu_tail(self, ctx, inputs, outputs)
+        return super().bind(ctx, inputs, outputs)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        self.bind(ctx, inputs, outputs)()

@@ -40,13 +40,19 @@ PARALLEL_THRESHOLD = 1 << 21
 #: (plugins/ops-simd/README.md).  The scalar kernels never beat BLAS: that path is for exact
 #: mode, and its fast mode keeps numpy's products.
 FAST_MAX_MACS = {"scalar": 0, "avx2": 1 << 14, "avx512": 1 << 13}
+#: ... and from this many rows of A (-O3 build: 1.03-1.14x of OpenBLAS on the BERT-like
+#: 128-row products, bench/gemm_micro.py).  With two or more intra-op threads this matters
+#: more: concurrent OpenBLAS calls from several threads did not run any faster than one
+#: (128x256 @ 256x1024: 89 ms for 200 calls on one thread, 92 ms on two), while the native
+#: kernel's row blocks scale.
+FAST_MIN_ROWS = {"scalar": None, "avx2": 128, "avx512": 128}
 F32 = np.dtype(np.float32)
 
 NumpyFactory = Callable[[NodeInfo], OpKernel]
 
 
 @dataclasses.dataclass(frozen=True)
-class _Plan:
+class Plan:
     """What a native step needs; any other ``ctx.prepared`` belongs to the numpy kernel."""
 
     exact: bool
@@ -64,6 +70,8 @@ class _Plan:
     alpha_arr: np.ndarray | None = None  # Gemm exact mode: y = y * alpha (skipped when 1)
     c_scaled: np.ndarray | None = None  # Gemm: beta*C added after the product (numpy)
     c_in_epilogue: bool = False
+    activation: str = "none"  # the native epilogue's activation (FusedMatMul: none or relu)
+    gelu: bool = False  # FusedMatMul's Gelu (erf form): the path's native Gelu after the product
 
 
 def trial_infer(kernel: OpKernel, ctx: InferContext) -> InferContext:
@@ -122,7 +130,7 @@ class NativeKernel(OpKernel):
 class NativeProduct(NativeKernel):
     """Shared run/bind of MatMul and Gemm: the native product, or the numpy kernel's steps."""
 
-    plan_type = _Plan
+    plan_type = Plan
 
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -152,23 +160,26 @@ class NativeProduct(NativeKernel):
             calls.append(parts[0])
         elif parts:
             calls.append(functools.partial(ctx.parallel_for, len(parts), _indexed(parts)))
-        calls += self.epilogue(p, inputs, outputs[0])
+        calls += self.epilogue(ctx, p, inputs, outputs[0])
         return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
 
-    def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    def operands(self, p: Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
-    def epilogue(self, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> list[Callable[[], Any]]:
-        """The calls that follow the product (Gemm's numpy epilogue)."""
+    def epilogue(
+        self, ctx: KernelContext, p: Plan, inputs: Sequence[Any], y: np.ndarray
+    ) -> list[Callable[[], Any]]:
+        """The calls that follow the product (Gemm's numpy epilogue, FusedMatMul's Gelu)."""
         return []
 
     def _call(
-        self, p: _Plan, a: np.ndarray, b: np.ndarray | None, out: np.ndarray, lo: int, hi: int
+        self, p: Plan, a: np.ndarray, b: np.ndarray | None, out: np.ndarray, lo: int, hi: int
     ) -> Callable[[], Any]:
         """One native call on rows [lo, hi), all arguments positional (the cheapest call)."""
         if not p.exact:
             return functools.partial(
-                _native.gemm, a, p.packed, out, p.bias, p.bias_axis, p.alpha, "none", 0.0, 0.0,
+                _native.gemm, a, p.packed, out, p.bias, p.bias_axis, p.alpha, p.activation, 0.0,
+                0.0,
                 lo, hi,
             )  # fmt: skip
         if b.shape[1] > 1 and b.strides[1] != 4:  # never a slab value; copied per run anyway
@@ -194,6 +205,12 @@ def _call_all(calls: list[Callable[[], Any]]) -> None:
         f()
 
 
+def fast_native(isa: str, macs: int, rows: int) -> bool:
+    """Whether fast mode takes the native GEMM for a product with a constant B."""
+    least = FAST_MIN_ROWS.get(isa)
+    return macs <= FAST_MAX_MACS.get(isa, 0) or (least is not None and rows >= least)
+
+
 def _blocks(rows: int, macs: int) -> int:
     if macs >= PARALLEL_THRESHOLD and rows > ROW_BLOCK:
         return -(-rows // ROW_BLOCK)
@@ -216,14 +233,14 @@ class MatMul(NativeProduct):
         macs = math.prod(full) * max(k, 1)
         b_value = ctx.known_value(1)
         rows_flat = len(b2) == 2
+        rows = math.prod(a2[:-1]) if rows_flat else m
         if not ctx.exact and (
-            b_value is None or not rows_flat or macs > FAST_MAX_MACS.get(self.isa, 0)
+            b_value is None or not rows_flat or not fast_native(self.isa, macs, rows)
         ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out)
         pairs = _batch_pairs(a2[:-2], b2[:-2], batch) if not rows_flat else ()
-        rows = math.prod(a2[:-1]) if rows_flat else m
-        plan = _Plan(
+        plan = Plan(
             exact=ctx.exact,
             a_shape=a2,
             b_shape=b2,
@@ -241,7 +258,7 @@ class MatMul(NativeProduct):
             plan = dataclasses.replace(plan, packed=_native.pack_b(b_value.reshape(k, n), self.isa))
         ctx.prepared = plan
 
-    def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    def operands(self, p: Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         a = inputs[0].reshape(p.a_shape)
         if p.packed is not None:
             return a, None
@@ -272,7 +289,7 @@ class Gemm(NativeProduct):
         b_value = ctx.known_value(1)
         if ctx.exact and b_value is None and tb:
             return self.fallback(ctx)  # the exact kernel reads rows of B'; B.T has none
-        if not ctx.exact and (b_value is None or macs > FAST_MAX_MACS.get(self.isa, 0)):
+        if not ctx.exact and (b_value is None or not fast_native(self.isa, macs, m)):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, (m, n))
         alpha = F32.type(self.node.attr("alpha", 1.0))
@@ -281,7 +298,7 @@ class Gemm(NativeProduct):
         c_scaled = None
         if c_value is not None:
             c_scaled = c_value if beta == 1 else np.multiply(c_value, beta).astype(F32)
-        plan = _Plan(
+        plan = Plan(
             exact=ctx.exact,
             a_shape=(m, k),
             b_shape=(k, n),
@@ -308,13 +325,15 @@ class Gemm(NativeProduct):
             )
         ctx.prepared = plan
 
-    def operands(self, p: _Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    def operands(self, p: Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
         if p.packed is not None:
             return a, None
         return a, (p.b_const if p.b_const is not None else inputs[1])
 
-    def epilogue(self, p: _Plan, inputs: Sequence[Any], y: np.ndarray) -> list[Callable[[], Any]]:
+    def epilogue(
+        self, ctx: KernelContext, p: Plan, inputs: Sequence[Any], y: np.ndarray
+    ) -> list[Callable[[], Any]]:
         calls: list[Callable[[], Any]] = []
         if p.alpha_arr is not None:
             calls.append(functools.partial(np.multiply, y, p.alpha_arr, out=y))

@@ -18,7 +18,7 @@ from graphrt.paths import KernelPath
 from . import _native
 from .conv import Conv, FusedConv
 from .elementwise import UNARY, Gelu
-from .fused import FusedProduct
+from .fused import FusedMatMul, FusedProduct
 from .kernels import Gemm, MatMul, NumpyFactory
 from .pool import MaxPool
 
@@ -50,7 +50,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "Gemm"): _factory(Gemm, isa),
                 ("", "Conv"): _factory(Conv, isa),
                 ("com.graphrt", "FusedConv"): _factory(FusedConv, isa),
-                ("com.graphrt", "FusedMatMul"): _factory(FusedProduct, isa),
+                ("com.graphrt", "FusedMatMul"): _factory(FusedMatMul, isa),
                 ("com.graphrt", "FusedGemm"): _factory(FusedProduct, isa),
                 ("", "Gelu"): _factory(Gelu, isa),
                 ("", "MaxPool"): _factory(MaxPool, isa),
