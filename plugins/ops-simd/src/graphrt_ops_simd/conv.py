@@ -37,7 +37,7 @@ from graphrt_ops_basic import fused as basic_fused
 
 from . import _native
 from .elementwise import native_gelu_call
-from .fused import GeluTail, bind_gelu_tail, infer_with_native_gelu, native_gelu
+from .fused import GeluTailFallback, native_gelu
 from .kernels import NativeKernel, trial_infer
 
 F32 = np.dtype(np.float32)
@@ -160,24 +160,11 @@ class Conv(NativeKernel):
         return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
 
 
-class FusedConv(Conv):
+class FusedConv(GeluTailFallback, Conv):
     """A FusedConv left to the numpy kernel still ends in the path's native Gelu."""
 
     def fused_activation(self) -> str:
         return self.base.act.kind
-
-    def fallback(self, ctx: InferContext) -> None:
-        infer_with_native_gelu(self, ctx)
-
-    def bind(
-        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
-    ) -> Callable[[], None]:
-        if isinstance(ctx.prepared, GeluTail):
-            return bind_gelu_tail(self, ctx, inputs, outputs)
-        return super().bind(ctx, inputs, outputs)
-
-    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        self.bind(ctx, inputs, outputs)()
 
 
 def _with_contiguous_x(

@@ -77,7 +77,25 @@ def _both(first: Callable[[], Any], second: Callable[[], Any]) -> None:
     second()
 
 
-class FusedMatMul(MatMul):
+class GeluTailFallback:
+    """For a native fused kernel: where it falls back to the table's kernel, that kernel still
+    ends in the path's native Gelu (:func:`infer_with_native_gelu`)."""
+
+    def fallback(self, ctx: InferContext) -> None:
+        infer_with_native_gelu(self, ctx)
+
+    def bind(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        if isinstance(ctx.prepared, GeluTail):
+            return bind_gelu_tail(self, ctx, inputs, outputs)
+        return super().bind(ctx, inputs, outputs)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        self.bind(ctx, inputs, outputs)()
+
+
+class FusedMatMul(GeluTailFallback, MatMul):
     """FusedMatMul on the native GEMM where MatMul would take it, with a constant per-column
     bias and Relu in the GEMM's epilogue (after the whole sum: the same single add and the
     same maximum as the unfused Add and Relu) and a Gelu as the native Gelu after it; other
@@ -105,20 +123,7 @@ class FusedMatMul(MatMul):
                 gelu=gelu,
             )
 
-    def fallback(self, ctx: InferContext) -> None:
-        infer_with_native_gelu(self, ctx)
-
     def epilogue(
         self, ctx: KernelContext, p: Plan, inputs: Sequence[Any], y: np.ndarray
     ) -> list[Callable[[], Any]]:
         return [native_gelu_call(y, self.isa, ctx)] if p.gelu else []
-
-    def bind(
-        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
-    ) -> Callable[[], None]:
-        if isinstance(ctx.prepared, GeluTail):
-            return bind_gelu_tail(self, ctx, inputs, outputs)
-        return super().bind(ctx, inputs, outputs)
-
-    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        self.bind(ctx, inputs, outputs)()
