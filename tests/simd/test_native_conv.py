@@ -69,10 +69,11 @@ def geometries(draw):
     )
 
 
-def _run(isa, g, x, w, b, split):
+def _run(isa, g, x, w, b, split, kernel="auto"):
     plan = simd.conv_plan(
-        w, g["group"], list(x.shape), g["strides"], g["dilations"], g["pads"], g["out"], isa
-    )
+        w, g["group"], list(x.shape), g["strides"], g["dilations"], g["pads"], g["out"], isa,
+        kernel,
+    )  # fmt: skip
     work = np.full(plan.work_floats, np.nan, F32)  # staging must write what the kernel reads
     y = np.full((x.shape[0], w.shape[0], *g["out"]), np.nan, F32)
     plan.stage(x, work)
@@ -84,19 +85,31 @@ def _run(isa, g, x, w, b, split):
     return y
 
 
+def kernels_for(isa: str, strides) -> list[str]:
+    """Every conv kernel this ISA can run on such strides."""
+    kernels = ["auto", "packed"]
+    if tuple(strides) == (1, 1):
+        kernels.append("direct")
+    if isa != "scalar" and isa != "avx2":  # channels in lanes: one vector of cmr channels
+        kernels.append("lanes")
+    return kernels
+
+
 @on_every_isa(geometries())
 def test_values_and_split_independence(isa, g):
     rng = np.random.default_rng(g["seed"])
     x = rng.standard_normal(g["x_shape"]).astype(F32)
     w = rng.standard_normal(g["w_shape"]).astype(F32)
     b = rng.standard_normal(g["w_shape"][0]).astype(F32) if g["bias"] else None
-    whole = _run(isa, g, x, w, b, split=False)
     want = reference(x, w, b, g["group"], g["strides"], g["dilations"], g["pads"], g["out"])
     if g["act"] == "relu":
         want = np.maximum(want, 0)
     depth = g["w_shape"][1] * g["w_shape"][2] * g["w_shape"][3]
-    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * depth)
-    np.testing.assert_array_equal(bits(_run(isa, g, x, w, b, split=True)), bits(whole))
+    for kernel in kernels_for(isa, g["strides"]):
+        whole = _run(isa, g, x, w, b, split=False, kernel=kernel)
+        np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * depth, err_msg=kernel)
+        split = _run(isa, g, x, w, b, split=True, kernel=kernel)
+        np.testing.assert_array_equal(bits(split), bits(whole), err_msg=kernel)
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
@@ -183,12 +196,12 @@ def test_sessions_fused_and_threaded(path, name, monkeypatch):
 @pytest.mark.parametrize(
     "kw, native",
     [
-        (dict(c=16, m=16, k=1, stride=1, pad=0), False),  # few channels: numpy's BLAS
         (dict(c=16, m=16, k=3, stride=1, pad=1, group=16), False),  # depthwise
+        (dict(c=16, m=8, k=3, stride=1, pad=1, group=2), False),  # 4 channels per group
         (dict(c=16, m=16, k=3, stride=1, pad=1), True),
-        (dict(c=16, m=16, k=1, stride=2, pad=0, size=40), True),  # 20 x 20 positions
-        (dict(c=16, m=16, k=3, stride=2, pad=1), False),  # 9 x 9 positions: numpy's im2col
-        (dict(c=16, m=32, k=1, stride=1, pad=0), True),  # each column serves 2x its depth
+        (dict(c=16, m=16, k=1, stride=2, pad=0, size=40), True),
+        (dict(c=16, m=16, k=3, stride=2, pad=1), True),
+        (dict(c=16, m=32, k=1, stride=1, pad=0), True),
     ],
 )
 def test_which_convolutions_go_native(kw, native, monkeypatch):
@@ -207,6 +220,28 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
     assert len(runs) <= 1
 
 
+@pytest.mark.parametrize(
+    "shape, strides, want",
+    [
+        ((64, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, unit strides
+        ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map
+        ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1 on a large map: a plain copy
+        ((512, 512, 7, 7, 1), (1, 1), "lanes"),
+        ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
+        ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, a shallow window
+    ],
+)
+def test_auto_kernel_choice(shape, strides, want):
+    """The measured rules of module.cpp on avx512 (channels in lanes needs 16-float vectors)."""
+    path_or_skip("avx512")
+    c, m, h, w, k = shape
+    out = [(h + 2 * (k // 2) - k) // strides[0] + 1, (w + 2 * (k // 2) - k) // strides[1] + 1]
+    wt = np.ones((m, c, k, k), F32)
+    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, "avx512")
+    assert plan.kernel == want
+    assert plan.staged == (want != "packed")
+
+
 def test_refusals():
     w = np.ones((8, 4, 3, 3), F32)
     ok = dict(w=w, group=1, x_shape=[1, 4, 6, 6], strides=[1, 1], dilations=[1, 1],
@@ -220,6 +255,9 @@ def test_refusals():
         (dict(isa="sse9"), ValueError, "unknown isa"),
         (dict(w=np.ones((8, 4, 3), F32)), ValueError, "dimension"),
         (dict(w=np.ones((8, 4, 3, 3))), TypeError, "float32"),
+        (dict(kernel="winograd"), ValueError, "unknown conv kernel"),
+        (dict(kernel="lanes"), ValueError, "no channels-in-lanes"),  # scalar: 1-float vectors
+        (dict(strides=[2, 1], kernel="direct"), ValueError, "unit strides"),
     ]
     for change, kind, message in bad:
         with pytest.raises(kind, match=message):

@@ -1,17 +1,14 @@
 """Conv and FusedConv on the native convolution, falling back to the table's numpy kernel.
 
 ``infer`` lets the numpy kernel validate and plan the node on a probe context (its errors, its
-output type, its geometry), then takes the native kernel for a fast-mode float32 2-D
-convolution with a constant weight and
-
-* where it beat numpy's kernel on every measured layer shape (:func:`native_wins`): with unit
-  strides and a kernel above 1x1 the native kernel reads the taps straight from a padded copy
-  of the image (nothing is packed); otherwise it packs blocks of columns that stay in cache,
-  which pays on many output positions, while numpy's BLAS multiplies a 1x1 unit-stride
-  convolution's image in place with no copy at all;
-* at least ``MIN_GROUP_CHANNELS`` output channels per group: a depthwise or thin grouped
-  convolution would fill one row of a 16-row micro-tile (ops-basic's per-tap kernel is
-  better there).
+output type, its geometry), then takes the native convolution for a fast-mode float32 2-D
+convolution with a constant weight and at least ``MIN_GROUP_CHANNELS`` output channels per group
+(a depthwise or thin grouped convolution would fill one row of a 16-row micro-tile; ops-basic's
+per-tap kernel is better there), on avx2/avx512.  Of the native plan's three kernels
+(docs/kernels-gemm.md, "Fast convolution") the one it picks by the shape beat or tied numpy's
+kernel on every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py,
+plugins/ops-simd/README.md), and its units scale with the intra-op threads, where concurrent
+BLAS calls did not.
 
 The bias and a fused Relu are applied in the kernel's registers; a fused Gelu (erf form) is the
 native Gelu this path's Gelu operator runs, and FusedConv's other activations (Clip, Sigmoid,
@@ -25,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,8 +41,6 @@ F32 = np.dtype(np.float32)
 FAST_ISAS = frozenset({"avx2", "avx512"})
 #: Fewest output channels per group worth a native micro-tile.
 MIN_GROUP_CHANNELS = 8
-#: Fewest output positions for which the strided (packing) kernel beat numpy's im2col.
-PACKED_MIN_POSITIONS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,29 +51,6 @@ class _Plan:
     activation: str  # in the kernel: "none" or "relu"
     epilogue: Any = None  # FusedConv's numpy epilogue (Clip, Sigmoid, Gelu tanh), else None
     gelu: bool = False  # FusedConv's Gelu (erf form): the native Gelu, after the product
-
-
-def native_wins(w: Any, wshape: Sequence[int], group: int) -> bool:
-    """Whether the native kernel beat numpy's on such a convolution (one thread, AVX-512,
-    every layer shape of light_resnet50 and light_squeezenet: bench/conv_micro.py --model,
-    plugins/ops-simd/README.md).
-
-    Unit strides and a kernel above 1x1 (the direct kernel, no copies): always.  Otherwise the
-    native kernel packs its columns while numpy copies them (im2col) or, for a 1x1 kernel with
-    unit strides, multiplies the image in place: packing pays on many output positions, and
-    for the 1x1 case on many output channels per packed column.
-    """
-    positions = math.prod(w.out)
-    if w.strides != (1, 1):
-        return positions >= PACKED_MIN_POSITIONS
-    if w.kernel != (1, 1):
-        return True
-    channels, depth = wshape[0] // group, math.prod(wshape[1:])
-    return (
-        channels >= 2 * depth
-        or channels >= 256
-        or (channels >= 64 and positions >= PACKED_MIN_POSITIONS)
-    )
 
 
 class Conv(NativeKernel):
@@ -101,7 +72,6 @@ class Conv(NativeKernel):
             or len(out_shape) != 4
             or ctx.known_value(1) is None
             or out_shape[1] // plan.group < MIN_GROUP_CHANNELS
-            or not native_wins(plan.w, ctx.shape(1), plan.group)
         ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out_shape)
@@ -149,7 +119,7 @@ class Conv(NativeKernel):
         else:
             product = functools.partial(run, x, work, y, bias, p.activation, 0, -1)
         calls = [product]
-        if p.native.direct:
+        if p.native.staged:
             calls.insert(0, functools.partial(p.native.stage, x, work))
         if p.epilogue is not None:
             calls += basic_fused.epilogue_calls(ctx, p.epilogue, y)

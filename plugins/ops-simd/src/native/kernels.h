@@ -74,6 +74,7 @@ struct IsaKernels {
     void (*unary)(int op, const float* x, float* y, int64_t n);
     int cmr;  // output channels per conv micro-tile (rows of a packed weight tile)
     int cnr;  // output positions per conv micro-tile
+    int crt;  // output positions per channels-in-lanes conv tile
     // w (m x k, row-major) packed for conv_fast: ceil(m / cmr) * cmr * k floats.
     void (*conv_pack_w)(int64_t m, int64_t k, const float* w, float* dst);
     // Output channels [m0, m1) (m0 a multiple of cmr) and positions [j0, j1) (at most
@@ -93,6 +94,15 @@ struct IsaKernels {
     void (*conv_direct)(const DirectShape& d, const float* staged, const int64_t* offs,
                         const float* wpacked, int64_t m0, int64_t m1, int64_t q0, int64_t q1,
                         float* y, std::ptrdiff_t ldy, const float* bias, int act);
+    // Whether conv_lanes runs on this ISA (its channel tile is one vector).
+    bool conv_lanes_ok;
+    // Output channels [m0, m1) (m0 a multiple of cmr) and output positions [j0, j1) (j = oy *
+    // ow + ox, any strides) from the staged planes (d: their geometry): one vector of cmr
+    // channels per position, taps broadcast from staged + offs[kk] + each position's base.
+    void (*conv_lanes)(const ConvShape& s, const DirectShape& d, const float* staged,
+                       const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
+                       int64_t j0, int64_t j1, float* y, std::ptrdiff_t ldy,
+                       const float* bias, int act);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the
     // output extents); work holds 3 * (w + pw + (ow + kw) * (sw + dw)) floats.

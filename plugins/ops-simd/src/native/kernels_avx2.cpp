@@ -16,6 +16,7 @@ constexpr int ER = 4;
 constexpr int EU = 2;
 // Conv: 6 x 16 tiles as the GEMM (12 accumulators).
 constexpr int CMR = 6;
+constexpr int CRT = 8;  // positions per channels-in-lanes conv tile
 constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m256, 8, _mm256);

@@ -17,6 +17,7 @@ constexpr int EU = 2;
 // Conv: 16 output channels x 16 positions (16 accumulators): the channel counts of CNNs
 // are multiples of 16 far more often than of 12.
 constexpr int CMR = 16;
+constexpr int CRT = 14;  // positions per channels-in-lanes conv tile
 constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m512, 16, _mm512);

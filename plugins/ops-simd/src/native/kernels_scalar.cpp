@@ -14,6 +14,7 @@ constexpr int NR = 8;
 constexpr int ER = 4;
 constexpr int EU = 4;
 constexpr int CMR = 4;
+constexpr int CRT = 8;  // positions per channels-in-lanes conv tile
 constexpr int CNR = 8;
 
 struct Vec {

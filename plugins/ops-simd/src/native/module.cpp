@@ -322,6 +322,13 @@ void check_flat(const A& x, const char* what) {
     }
 }
 
+// Where "auto" takes the channels-in-lanes kernel (bench/conv_micro.py --kernels): output
+// positions up to which it beat the direct kernel (unit strides) and the packed one (1x1), and
+// the window depth from which it beat packing columns for strided convolutions.
+constexpr int64_t LANES_MAX_POSITIONS = 1024;
+constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
+constexpr int64_t LANES_MIN_DEPTH = 64;
+
 // ---- fast 2-D convolution -------------------------------------------------------------------
 
 std::string dims(const std::vector<int64_t>& v) {
@@ -355,7 +362,7 @@ public:
     ConvPlan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
              const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
              const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-             const std::string& isa)
+             const std::string& isa, const std::string& kernel)
         : isa_(&kernels_for(isa)), group_(group) {
         check_matrix(w, "w", 4);
         auto check = [](const std::vector<int64_t>& v, size_t size, const char* what,
@@ -390,26 +397,33 @@ public:
         tiles_ = (mg_ + cmr - 1) / cmr;
         per_group_ = tiles_ * cmr * k_;
         pack_weight(w);
-        // A 1x1 kernel reads each plane once: packing it is a plain copy, and reading the
-        // planes in place would touch a page per depth row for every tile (L1 set conflicts).
-        direct_ = s.sh == 1 && s.sw == 1 && s.kh * s.kw > 1;
-        // The direct kernel runs the whole depth per tile: the output channels of a unit are
-        // a chunk of the packed weight that stays in L2 (384 KiB).  The packed path blocks the
-        // depth itself, and a second chunk would pack the same columns again.
+        mode_ = choose_mode(kernel);
+        // The direct and lanes kernels run the whole depth per tile: the output channels of a
+        // unit are a chunk of the packed weight that stays in L2 (384 KiB).  The packed path
+        // blocks the depth itself, and a second chunk would pack the same columns again.
         const int64_t fit = (384 * 1024 / 4) / (k_ * cmr);
-        const int64_t per_chunk = !direct_ ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
+        const int64_t per_chunk =
+            mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
         mchunks_ = (tiles_ + per_chunk - 1) / per_chunk;
-        int64_t ptiles;  // position tiles of one image and group
-        if (direct_) {
+        int64_t ptiles, tile = cnr;  // position tiles of one image and group, their size
+        if (mode_ != PACKED) {
+            // the staged planes: every read of an output's window lies inside them
             DirectShape& d = direct_shape_;
             d.c = s.c, d.h = s.h, d.w = s.w, d.kh = s.kh, d.kw = s.kw, d.ph = s.ph, d.pw = s.pw;
             d.oh = s.oh, d.ow = s.ow;
-            d.hp = std::max(s.ph + s.h, s.oh + (s.kh - 1) * s.dh);
-            d.wp = std::max(s.pw + s.w, s.ow + (s.kw - 1) * s.dw);
-            ptiles = (s.oh * d.wp + cnr - 1) / cnr;
+            d.hp = std::max(s.ph + s.h, (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1);
+            d.wp = std::max(s.pw + s.w, (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1);
             const int64_t plane = d.hp * d.wp;
-            d.staged = std::max(s.c * plane, (s.c - 1) * plane + (s.kh - 1) * s.dh * d.wp +
-                                                 (s.kw - 1) * s.dw + ptiles * cnr);
+            if (mode_ == DIRECT) {  // wide positions, and the tail their last tile reads
+                ptiles = (s.oh * d.wp + cnr - 1) / cnr;
+                d.staged = std::max(s.c * plane, (s.c - 1) * plane +
+                                                     (s.kh - 1) * s.dh * d.wp +
+                                                     (s.kw - 1) * s.dw + ptiles * cnr);
+            } else {
+                tile = isa_->crt;
+                ptiles = (s.oh * s.ow + tile - 1) / tile;
+                d.staged = s.c * plane;
+            }
             for (int64_t ch = 0; ch < s.c; ++ch)
                 for (int64_t y = 0; y < s.kh; ++y)
                     for (int64_t x = 0; x < s.kw; ++x)
@@ -417,9 +431,10 @@ public:
         } else {
             ptiles = (s.oh * s.ow + cnr - 1) / cnr;
         }
+        tile_ = tile;
         // blocks of positions: at most CONV_NCB each (the packed path's block), and at least
         // four units in all where the positions allow, for the intra-op threads
-        const int64_t most = CONV_NCB / cnr;
+        const int64_t most = std::max<int64_t>(1, CONV_NCB / tile);
         const int64_t others = n_ * group_ * mchunks_;
         int64_t blocks = (ptiles + most - 1) / most;
         const int64_t want = (4 + others - 1) / others;
@@ -432,14 +447,19 @@ public:
     int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
     int64_t nbytes() const { return per_group_ * group_ * static_cast<int64_t>(sizeof(float)); }
     // floats of the staging buffer stage() and run() take (0: the packed path needs none)
-    int64_t work_floats() const { return direct_ ? n_ * group_ * direct_shape_.staged : 0; }
-    bool direct() const { return direct_; }
+    int64_t work_floats() const {
+        return mode_ != PACKED ? n_ * group_ * direct_shape_.staged : 0;
+    }
+    bool staged() const { return mode_ != PACKED; }
+    std::string kernel() const {
+        return mode_ == DIRECT ? "direct" : mode_ == LANES ? "lanes" : "packed";
+    }
 
     void stage(const InArray& x, OutArray work) {
         check_x(x);
         check_work(work);
         check_no_overlap(work, x, "x");
-        if (!direct_) return;
+        if (mode_ == PACKED) return;
         const float* px = static_cast<const float*>(x.data());
         float* pw = static_cast<float*>(work.data());
         const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
@@ -501,7 +521,7 @@ public:
                              ys1 = y.stride(1);
         const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
         nb::gil_scoped_release nogil;
-        float* block = direct_ ? nullptr : conv_block();
+        float* block = mode_ == PACKED ? conv_block() : nullptr;
         for (int64_t u = u0; u < u1; ++u) {
             int64_t rest = u;
             const int64_t pb_i = rest % pblocks_;
@@ -515,11 +535,18 @@ public:
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
             const float* bg = pb ? pb + g * mg_ : nullptr;
-            if (direct_) {
+            if (mode_ == DIRECT) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
                                   m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, ys1, bg,
                                   act);
+                continue;
+            }
+            if (mode_ == LANES) {
+                const DirectShape& d = direct_shape_;
+                isa_->conv_lanes(s, d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
+                                 m1, p0 * tile_, std::min(p1 * tile_, s.oh * s.ow), yg, ys1, bg,
+                                 act);
                 continue;
             }
             const float* xg = px + img * xs0 + g * s.c * xs1;
@@ -578,15 +605,53 @@ private:
     std::vector<int64_t> offs_;
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
-    bool direct_ = false;
+    enum Mode { PACKED, DIRECT, LANES } mode_ = PACKED;
+    int64_t tile_ = 1;
+
+    // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
+    // run is a ValueError.
+    Mode choose_mode(const std::string& kernel) const {
+        const ConvShape& s = shape_;
+        const bool unit = s.sh == 1 && s.sw == 1;
+        const bool lanes_ok = isa_->conv_lanes_ok;
+        if (kernel == "packed") return PACKED;
+        if (kernel == "direct") {
+            if (!unit) throw nb::value_error("the direct kernel needs unit strides");
+            return DIRECT;
+        }
+        if (kernel == "lanes") {
+            if (!lanes_ok)
+                throw nb::value_error(("isa '" + std::string(isa_->name) +
+                                       "' has no channels-in-lanes conv kernel")
+                                          .c_str());
+            return LANES;
+        }
+        if (kernel != "auto")
+            throw nb::value_error(("unknown conv kernel '" + kernel +
+                                   "'; expected auto, direct, lanes or packed")
+                                      .c_str());
+        // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
+        // --kernels): channels in lanes where the maps are small or the strides large enough
+        // to make packing dear, the direct kernel for large maps with unit strides, packed
+        // columns for 1x1 kernels on large maps (a plain copy) and for very shallow windows.
+        const int64_t positions = s.oh * s.ow, depth = s.c * s.kh * s.kw;
+        const bool one = s.kh * s.kw == 1;
+        if (lanes_ok) {
+            if (one ? positions <= LANES_MAX_POSITIONS_1X1
+                    : (unit ? positions <= LANES_MAX_POSITIONS : depth >= LANES_MIN_DEPTH))
+                return LANES;
+        }
+        if (unit && !one) return DIRECT;
+        return PACKED;
+    }
     std::unique_ptr<float, FreeDeleter> packed_;
 };
 
 ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                     const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-                    const std::string& isa) {
-    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa);
+                    const std::string& isa, const std::string& kernel) {
+    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel);
 }
 
 // ---- MaxPool ---------------------------------------------------------------------------------
@@ -706,7 +771,8 @@ NB_MODULE(_native, m) {
         .def_prop_ro("units", &ConvPlan::units)
         .def_prop_ro("nbytes", &ConvPlan::nbytes)
         .def_prop_ro("work_floats", &ConvPlan::work_floats)
-        .def_prop_ro("direct", &ConvPlan::direct)
+        .def_prop_ro("staged", &ConvPlan::staged)
+        .def_prop_ro("kernel", &ConvPlan::kernel)
         .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"),
              "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
@@ -716,9 +782,9 @@ NB_MODULE(_native, m) {
              "relu); units are independent outputs, so any split gives the same bits.");
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
-          nb::arg("isa"), nb::rv_policy::take_ownership,
+          nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
           "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
-          "output extents, which fix the pads after).");
+          "output extents, which fix the pads after; kernel: auto, direct, lanes or packed).");
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1,
