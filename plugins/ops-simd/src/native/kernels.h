@@ -105,7 +105,8 @@ struct IsaKernels {
                        const float* bias, int act);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the
-    // output extents); work holds 3 * (w + pw + (ow + kw) * (sw + dw)) floats.
+    // output extents); work holds (oh + 1) * wide floats, wide = max((ow - 1) * sw +
+    // (kw - 1) * dw + 1, pw + w).
     void (*maxpool2d)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                       std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
                       std::ptrdiff_t y_cs, float* work);

@@ -697,7 +697,8 @@ void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
     const std::ptrdiff_t x_cs = xs[1] > 1 ? x.stride(1) : x.stride(0), x_rs = x.stride(2);
     thread_local std::vector<float> work;
     nb::gil_scoped_release nogil;
-    work.resize(static_cast<size_t>(3 * (s.w + s.pw + (s.ow + s.kw) * (s.sw + s.dw))));
+    const int64_t wide = std::max((s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1, s.pw + s.w);
+    work.resize(static_cast<size_t>((s.oh + 1) * wide));
     kern.maxpool2d(s, px, x_cs, x_rs, plane_begin, plane_end, py, ys[2] * ys[3], work.data());
 }
 
