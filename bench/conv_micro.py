@@ -3,6 +3,7 @@
     .venv/bin/python bench/conv_micro.py                 # ResNet-50 layers, 50 timed runs each
     .venv/bin/python bench/conv_micro.py --repeat 200 --layers 3x3,1x1
     .venv/bin/python bench/conv_micro.py --model light_squeezenet   # every conv of a model
+    .venv/bin/python bench/conv_micro.py --model light_resnet50 --kernels  # each native kernel
 
 One intra-op thread on both sides and numpy's BLAS held to one thread (threadpoolctl).  For each
 layer it prints the best time of: ops-basic's bound numpy kernel step (what a plan's run loop
@@ -11,7 +12,8 @@ when the plugin is installed), a graphrt session running the one-node model (whi
 of the two), and an onnxruntime session; ratios are over onnxruntime, and ``--model`` weights
 each shape by how often the model has it.  Runs alternate between the runtimes, so load on the
 machine hits all of them; the minimum is reported because it is the least disturbed by other
-processes.  plugins/ops-simd/README.md has the figures that chose where the native kernel runs.
+processes.  ``--kernels`` times each of the native plan's kernels (packed, direct, lanes) on each
+layer instead: the figures behind its automatic choice.  plugins/ops-simd/README.md has both.
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ def model_layers(name: str) -> dict[str, tuple[tuple[int, ...], int]]:
     return found
 
 
-def native_kernel(shape: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarray):
+def native_kernel(
+    shape: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarray, kernel: str = "auto"
+):
     """The ops-simd native convolution on the best ISA, staged and run (None without it)."""
     try:
         from graphrt_ops_simd import _native
@@ -108,7 +112,9 @@ def native_kernel(shape: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.nd
     _, size, cout, k, s, p, group = shape
     out = (size + 2 * p - k) // s + 1
     isa = _native.available_isas()[-1]
-    plan = _native.conv_plan(w, group, list(x.shape), [s, s], [1, 1], [p, p], [out, out], isa)
+    plan = _native.conv_plan(
+        w, group, list(x.shape), [s, s], [1, 1], [p, p], [out, out], isa, kernel
+    )
     work = np.empty(plan.work_floats, np.float32)
     y = np.empty((1, cout, out, out), np.float32)
 
@@ -143,12 +149,47 @@ def best_of(fns: list[Callable[[], object]], repeat: int) -> list[float]:
     return [b * 1e3 for b in best]
 
 
+def compare_kernels(args: argparse.Namespace) -> None:
+    """Each native kernel (packed, direct where strides are 1, lanes where the ISA has it)."""
+    layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
+    print("| layer | count | packed ms | direct ms | lanes ms | auto picks |")
+    print("|---|---|---|---|---|---|")
+    for name, (shape, count) in layers.items():
+        _, _, w, b = conv_model(*shape)
+        x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
+        x = x.astype(np.float32)
+        runs = {}
+        for kernel in ("packed", "direct", "lanes"):
+            try:
+                found = native_kernel(shape, x, w, b, kernel)
+            except ValueError:  # not for these strides, or not on this ISA
+                continue
+            if found is None:
+                raise SystemExit("graphrt-ops-simd is not installed")
+            runs[kernel] = found[0]
+        times = dict(zip(runs, best_of(list(runs.values()), args.repeat)))
+        cells = [
+            f"{times[k] * count:.3f}" if k in times else "-" for k in ("packed", "direct", "lanes")
+        ]
+        from graphrt_ops_simd import _native
+
+        isa = _native.available_isas()[-1]
+        out = (shape[1] + 2 * shape[5] - shape[3]) // shape[4] + 1
+        plan = _native.conv_plan(
+            w, shape[6], list(x.shape), [shape[4]] * 2, [1, 1], [shape[5]] * 2, [out, out], isa
+        )
+        print(f"| {name} | {count} | {' | '.join(cells)} | {plan.kernel} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
     parser.add_argument("--model", help="every Conv of this light model (e.g. light_resnet50)")
+    parser.add_argument("--kernels", action="store_true", help="time each native kernel")
     args = parser.parse_args()
+    if args.kernels:
+        return compare_kernels(args)
     wanted = [s for s in args.layers.split(",") if s]
     layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
     threadpool_limits(limits=1, user_api="blas")

@@ -80,6 +80,8 @@ class MaxPool(NativeKernel):
         if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
             return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
         window = (p.kernel, p.strides, p.dilations, p.pads, self.isa)
+        if getattr(ctx.pool, "threads", 1) == 1:  # planes are independent: one call for all
+            return functools.partial(_native.maxpool2d, x, y, *window, 0, p.bounds[-1][1])
         calls = [functools.partial(_native.maxpool2d, x, y, *window, lo, hi) for lo, hi in p.bounds]
         if len(calls) == 1:
             return calls[0]
