@@ -745,7 +745,8 @@ NB_MODULE(_native, m) {
     // Plans, packed weights and conv plans held by Python globals are still alive when the
     // interpreter tears this module down at exit; that is not a leak worth a warning.
     nb::set_leak_warnings(false);
-    m.doc() = "graphrt-ops-simd native kernels (float32 GEMM: packed fast and canonical exact)";
+    m.doc() = "graphrt-ops-simd native kernels: float32 GEMM (packed fast, canonical exact), "
+              "convolution, MaxPool and element-wise functions";
 
     nb::class_<PackedB>(m, "PackedB", "B packed into one ISA's panel layout (opaque).")
         .def_prop_ro("k", &PackedB::k)
