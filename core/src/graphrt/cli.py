@@ -357,7 +357,7 @@ def _print_paths(table: Any) -> None:
     print("kernel paths:")
     for p in paths:
         state = "available" if path_available(p) else "not available on this machine"
-        ops = ", ".join(sorted(op for _, op in p.kernels))
+        ops = ", ".join(sorted(f"{domain}.{op}" if domain else op for domain, op in p.kernels))
         print(f"  {p.name} (rank {p.rank}, plugin {p.plugin}): {state}; {ops}")
     print(f"  {BASE_PATH}: always available (the operator table's own kernels)")
     best = choose_path(list(table.paths), "auto")
