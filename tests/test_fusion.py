@@ -261,3 +261,48 @@ def test_explain_shows_the_fused_node():
     sess = graphrt.Session(_mm_model("MatMul", "Relu", rand_w(5)))
     text = sess.explain({"x": np.zeros((4, 7), np.float32)})
     assert "com.graphrt.FusedMatMul" in text and "fuse_product_activation" in text
+
+
+# -- Dropout at inference becomes an Identity view (bit-preserving, level basic) --------------
+
+
+def _dropout_model(opset: int, mode: bool | None, read_mask: bool = False):
+    inits = [init("w", rand_w(4, 5))]
+    dropout_inputs = ["m"]
+    if mode is not None:
+        inits += [init("ratio", np.float32(0.5)), init("mode", np.array(mode))]
+        dropout_inputs += ["ratio", "mode"]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Dropout", dropout_inputs, ["d", "mask"], seed=3),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    outputs = [tensor("y")]
+    if read_mask:
+        nodes.append(helper.make_node("Not", ["mask"], ["kept"]))
+        outputs.append(tensor("kept", onnx.TensorProto.BOOL))
+    return make_model(nodes, [tensor("x", shape=[3, 4])], outputs, inits, opset=opset)
+
+
+@pytest.mark.parametrize(
+    "opset, mode, read_mask, removed",
+    [
+        (9, None, False, True),  # before opset 12 graphrt always runs inference
+        (13, None, False, True),  # no training_mode: inference
+        (13, False, False, True),
+        (13, True, False, False),  # training: a mask is drawn, the node stays
+        (9, None, True, False),  # the mask is read: the node stays
+    ],
+)
+def test_inference_dropout_becomes_an_identity(opset, mode, read_mask, removed):
+    model = _dropout_model(opset, mode, read_mask)
+    x = rand_x(3, 4)
+    fused, got, want = fused_and_plain(model, {"x": x})
+    assert ("Identity" in op_list(fused)) == removed
+    assert ("Dropout" in op_list(fused)) != removed
+    assert ("eliminate_inference_dropout" in fused.graph.passes_run) == removed
+    assert got.tobytes() == want.tobytes()  # a training draw: the same seeded stream
+    if mode is not True:  # exact mode runs the pass too (it preserves bits)
+        _, exact_basic = run(model, {"x": x}, mode="exact", optimization_level="basic")
+        _, exact_none = run(model, {"x": x}, mode="exact", optimization_level="none")
+        assert exact_basic.tobytes() == exact_none.tobytes()

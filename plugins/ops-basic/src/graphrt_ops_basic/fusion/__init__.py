@@ -2,8 +2,8 @@
 exactly as a third party's passes would be (docs/graph-passes.md).
 
 They live here rather than in the core because what they write are this plugin's operators
-(``com.graphrt.FusedConv``, ``Gelu``...): a session without ops-basic has neither the
-operators nor the passes.
+(``com.graphrt.FusedConv``, ``Gelu``...) or need (an inference Dropout becomes ops-basic's
+Identity view): a session without ops-basic has neither the operators nor the passes.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from graphrt.passes import GraphPass
 
 
 def fusion_passes() -> list[GraphPass]:
+    from .dropout import EliminateInferenceDropout
     from .gelu import FuseGelu
     from .layernorm import FuseLayerNorm
     from .products import FuseProductActivation
 
-    return [FuseLayerNorm(), FuseGelu(), FuseProductActivation()]
+    return [EliminateInferenceDropout(), FuseLayerNorm(), FuseGelu(), FuseProductActivation()]
