@@ -3,6 +3,8 @@ not depend on how the work is split, which convolutions take it, and refusals of
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -288,3 +290,46 @@ def test_refusals():
     with pytest.raises(ValueError, match="overlap"):
         plan.run(shared[: 4 * 36].reshape(1, 4, 6, 6), work, shared.reshape(1, 8, 6, 6), None,
                  "none")  # fmt: skip
+
+
+def test_the_plugins_threads_under_concurrent_callers():
+    """Eight Python threads run convolutions, products and Gelu on the plugin's pool at once
+    (one job at a time: a caller finding it busy runs its items itself); every result has the
+    bits of a one-thread run."""
+    isa = ISAS[-1]
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 32, 30, 30)).astype(F32)
+    w = rng.standard_normal((48, 32, 3, 3)).astype(F32)
+    plan = simd.conv_plan(w, 1, list(x.shape), [1, 1], [1, 1], [1, 1], [30, 30], isa)
+    work = np.empty(plan.work_floats, F32)
+    plan.stage(x, work)
+    a = rng.standard_normal((300, 64)).astype(F32)
+    packed = simd.pack_b(rng.standard_normal((64, 200)).astype(F32), isa)
+    g = rng.standard_normal(200_000).astype(F32)
+
+    def results(threads: int) -> list[np.ndarray]:
+        y = np.empty((2, 48, 30, 30), F32)
+        plan.run(x, work, y, None, "relu", 0, -1, threads)
+        c = np.empty((300, 200), F32)
+        simd.gemm(a, packed, c, threads=threads)
+        h = np.empty_like(g)
+        simd.unary("gelu", g, h, isa, threads=threads)
+        return [y, c, h]
+
+    want = results(1)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(5):
+                for got, expected in zip(results(2), want):
+                    np.testing.assert_array_equal(bits(got), bits(expected))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

@@ -14,8 +14,9 @@ The bias and a fused Relu are applied in the kernel's registers; a fused Gelu (e
 native Gelu this path's Gelu operator runs, and FusedConv's other activations (Clip, Sigmoid,
 Gelu tanh) run ops-basic's own epilogue calls afterwards, so a fused node gives the bits of the
 unfused pair on the same path.  Work is split into units (image, group,
-output channels, positions) fixed by the shapes; every output's arithmetic is the same in any
-unit, so results do not depend on the thread count.
+output channels, positions) fixed by the shapes and run on the plugin's own threads (as many as
+the session's intra-op threads); every output's arithmetic is the same in any unit, so results
+do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -108,16 +109,9 @@ class Conv(NativeKernel):
         if bias is None and len(inputs) > 2 and inputs[2] is not None:
             bias = inputs[2]
         work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
-        run = p.native.run
+        # the units run on the plugin's own threads (one call, no Python per unit)
         threads = getattr(ctx.pool, "threads", 1)
-        if threads > 1 and p.native.units > 1:
-
-            def unit(i: int, x: np.ndarray = x) -> None:
-                run(x, work, y, bias, p.activation, i, i + 1)
-
-            product = functools.partial(ctx.parallel_for, p.native.units, unit)
-        else:
-            product = functools.partial(run, x, work, y, bias, p.activation, 0, -1)
+        product = functools.partial(p.native.run, x, work, y, bias, p.activation, 0, -1, threads)
         calls = [product]
         if p.native.staged:
             calls.insert(0, functools.partial(p.native.stage, x, work))

@@ -9,9 +9,10 @@ operation for operation, so on every path they give the bits of ops-basic's exac
   measured size and changes no fused kernel's bits (``FAST_NATIVE``), else the numpy kernel;
 * other dtypes: the numpy kernel the path was given, planned as if this wrapper did not exist.
 
-A tensor is cut into blocks of ``BLOCK`` elements for the intra-op threads; the block bounds
-depend on the size only and every element's arithmetic is its own, so results do not depend on
-the thread count.  ``out`` may be the input's storage (ops-basic's unary kernels run in place).
+A tensor is cut into blocks of ``BLOCK`` elements that run on the plugin's own threads (as many
+as the session's intra-op threads); the block bounds depend on the size only and every
+element's arithmetic is its own, so results do not depend on the thread count.  ``out`` may be
+the input's storage (ops-basic's unary kernels run in place).
 """
 
 from __future__ import annotations
@@ -76,29 +77,22 @@ class NativeUnary(NativeKernel):
             return functools.partial(_run_copying, self.fn, x, out, self.isa, p, ctx)
         if not x.flags.c_contiguous:
             return functools.partial(_run_copying_x, self.fn, x, out, self.isa, p, ctx)
-        if p.blocks == 1:
-            return functools.partial(_native.unary, self.fn, x, out, self.isa, 0, p.n)
-        return functools.partial(ctx.parallel_for, p.blocks, _blocks(self.fn, x, out, self.isa, p))
+        return _unary_call(self.fn, x, out, self.isa, p, ctx)
 
 
-def _blocks(fn: str, x: np.ndarray, out: np.ndarray, isa: str, p: _Plan) -> Callable[[int], None]:
-    call = _native.unary
-
-    def block(i: int) -> None:
-        call(fn, x, out, isa, i * BLOCK, min(p.n, (i + 1) * BLOCK))
-
-    return block
+def _unary_call(
+    fn: str, x: np.ndarray, out: np.ndarray, isa: str, p: _Plan, ctx: KernelContext
+) -> Callable[[], None]:
+    """One native call; a tensor of several blocks runs them on the plugin's own threads."""
+    threads = getattr(ctx.pool, "threads", 1) if p.blocks > 1 else 1
+    return functools.partial(_native.unary, fn, x, out, isa, 0, p.n, threads)
 
 
 def _run_copying_x(
     fn: str, x: np.ndarray, out: np.ndarray, isa: str, p: _Plan, ctx: KernelContext
 ) -> None:
     """A strided input (a view some kernel produced): one contiguous copy per run."""
-    xc = np.ascontiguousarray(x)
-    if p.blocks == 1:
-        _native.unary(fn, xc, out, isa, 0, p.n)
-    else:
-        ctx.parallel_for(p.blocks, _blocks(fn, xc, out, isa, p))
+    _unary_call(fn, np.ascontiguousarray(x), out, isa, p, ctx)()
 
 
 def _run_copying(
@@ -147,6 +141,4 @@ def native_gelu_call(x: np.ndarray, isa: str, ctx: KernelContext) -> Callable[[]
     p = _Plan(x.size, max(1, -(-x.size // BLOCK)))
     if not x.flags.c_contiguous:
         return functools.partial(_run_copying, "gelu", x, x, isa, p, ctx)
-    if p.blocks == 1:
-        return functools.partial(_native.unary, "gelu", x, x, isa, 0, p.n)
-    return functools.partial(ctx.parallel_for, p.blocks, _blocks("gelu", x, x, isa, p))
+    return _unary_call("gelu", x, x, isa, p, ctx)

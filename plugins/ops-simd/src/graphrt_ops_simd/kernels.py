@@ -13,8 +13,10 @@ output types are the table's, word for word), then decides per plan:
 * anything else (other dtypes, run-time B in fast mode, ...): the numpy kernel, planned on the
   real context as if this wrapper did not exist.
 
-Rows are split into blocks of ROW_BLOCK for the intra-op threads; the count depends on shapes
-only, and a row's arithmetic never depends on its block, so results do not depend on threads.
+Rows are split into blocks of ROW_BLOCK, a count that depends on shapes only: a fast product
+hands them to the plugin's own threads in one native call (src/native/pool.h), an exact one to
+the session's intra-op pool; a row's arithmetic never depends on its block, so results do not
+depend on threads.
 """
 
 from __future__ import annotations
@@ -140,14 +142,16 @@ class NativeProduct(NativeKernel):
         a, b = self.operands(p, inputs)
         out = outputs[0].reshape(p.out_shape)
         m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
+        threads = getattr(ctx.pool, "threads", 1)
         if p.rows_flat:  # explicit extents: reshape(-1, 0) is ambiguous when K or N is 0
             rows = math.prod(p.a_shape[:-1])
             a2, out2 = a.reshape(rows, k), out.reshape(rows, n)
             b2 = None if b is None else b.reshape(k, n)
             bounds = [(i * ROW_BLOCK, min(rows, (i + 1) * ROW_BLOCK)) for i in range(p.blocks)]
-            if p.blocks == 1:
+            if p.blocks == 1 or not p.exact:  # fast: the native call splits the rows itself
                 bounds = [(0, rows)]
-            parts = [self._call(p, a2, b2, out2, lo, hi) for lo, hi in bounds]
+            split = threads if p.blocks > 1 else 1
+            parts = [self._call(p, a2, b2, out2, lo, hi, split) for lo, hi in bounds]
         else:
             a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
             b3 = b.reshape(math.prod(p.b_shape[:-2]), k, n)
@@ -173,14 +177,21 @@ class NativeProduct(NativeKernel):
         return []
 
     def _call(
-        self, p: Plan, a: np.ndarray, b: np.ndarray | None, out: np.ndarray, lo: int, hi: int
+        self,
+        p: Plan,
+        a: np.ndarray,
+        b: np.ndarray | None,
+        out: np.ndarray,
+        lo: int,
+        hi: int,
+        threads: int = 1,
     ) -> Callable[[], Any]:
-        """One native call on rows [lo, hi), all arguments positional (the cheapest call)."""
+        """One native call on rows [lo, hi), all arguments positional (the cheapest call); a
+        fast product splits its rows over ``threads`` of the plugin's own threads."""
         if not p.exact:
             return functools.partial(
                 _native.gemm, a, p.packed, out, p.bias, p.bias_axis, p.alpha, p.activation, 0.0,
-                0.0,
-                lo, hi,
+                0.0, lo, hi, threads,
             )  # fmt: skip
         if b.shape[1] > 1 and b.strides[1] != 4:  # never a slab value; copied per run anyway
             return functools.partial(_exact_copying_b, a, b, out, self.isa, lo, hi)

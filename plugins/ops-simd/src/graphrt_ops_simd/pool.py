@@ -5,14 +5,13 @@ output row of taps; the native kernel does the same separable reduction in one p
 row, vectorised (bench/bench_interleaved.py: MaxPool was a tenth of light_squeezenet's time).
 Fast mode, float32, 2-D windows, without the Indices output.  A maximum is exact in any order
 and a NaN in a window gives NaN, so the values are ops-basic's (which of -0 and +0 a tie keeps
-aside).  Planes are split into blocks fixed by the shapes for the intra-op threads.
+aside), however the planes are split over the plugin's threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,8 +29,6 @@ F32 = np.dtype(np.float32)
 FAST_ISAS = frozenset({"avx2", "avx512"})
 #: Window reads (outputs x taps) from which the planes are split over the intra-op threads.
 PARALLEL_READS = 1 << 18
-#: Blocks of planes when split (a count fixed by the shapes, not by the threads).
-BLOCKS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +37,7 @@ class _Plan:
     strides: tuple[int, ...]
     dilations: tuple[int, ...]
     pads: tuple[int, ...]
-    bounds: tuple[tuple[int, int], ...]  # plane ranges, one native call each
+    split: bool  # planes spread over the plugin's threads (large enough to pay)
 
 
 class MaxPool(NativeKernel):
@@ -63,13 +60,10 @@ class MaxPool(NativeKernel):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out_shape)
         w = plan.w
-        planes = out_shape[0] * out_shape[1]
         reads = math.prod(out_shape) * math.prod(w.kernel)
-        count = min(BLOCKS, planes) if reads >= PARALLEL_READS else 1
-        edges = [planes * i // count for i in range(count + 1)]
         ctx.prepared = _Plan(
             tuple(w.kernel), tuple(w.strides), tuple(w.dilations), tuple(w.begin),
-            tuple(itertools.pairwise(edges)),
+            reads >= PARALLEL_READS,
         )  # fmt: skip
 
     def bind_native(
@@ -79,17 +73,9 @@ class MaxPool(NativeKernel):
         x, y = inputs[0], outputs[0]
         if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
             return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
+        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
         window = (p.kernel, p.strides, p.dilations, p.pads, self.isa)
-        if getattr(ctx.pool, "threads", 1) == 1:  # planes are independent: one call for all
-            return functools.partial(_native.maxpool2d, x, y, *window, 0, p.bounds[-1][1])
-        calls = [functools.partial(_native.maxpool2d, x, y, *window, lo, hi) for lo, hi in p.bounds]
-        if len(calls) == 1:
-            return calls[0]
-        return functools.partial(ctx.parallel_for, len(calls), functools.partial(_one, calls))
-
-
-def _one(calls: list[Callable[[], Any]], i: int) -> None:
-    calls[i]()
+        return functools.partial(_native.maxpool2d, x, y, *window, 0, -1, threads)
 
 
 def _contiguous_x(

@@ -23,6 +23,7 @@
 #endif
 
 #include "kernels.h"
+#include "pool.h"
 
 namespace nb = nanobind;
 using namespace graphrt_simd;
@@ -219,9 +220,13 @@ PackedB* pack_b(const InArray& b, const std::string& isa) {
 
 // ---- GEMM entry points ----------------------------------------------------------------------
 
+// Rows per block when gemm splits its rows over the plugin's threads (graphrt_ops_simd.kernels
+// uses the same block size and the same multiply-add threshold to decide a split).
+constexpr int64_t GEMM_ROW_BLOCK = 64;
+
 void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArray> bias,
           const std::string& bias_axis, float alpha, const std::string& activation,
-          float clip_min, float clip_max, int64_t row_begin, int64_t row_end) {
+          float clip_min, float clip_max, int64_t row_begin, int64_t row_end, int threads) {
     check_matrix(a, "a");
     const int64_t m = static_cast<int64_t>(a.shape(0)), k = static_cast<int64_t>(a.shape(1));
     if (k != b.k())
@@ -264,7 +269,14 @@ void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArra
     float* c = static_cast<float*>(out.data());
     const std::ptrdiff_t ldc = static_cast<std::ptrdiff_t>(out.stride(0));
     nb::gil_scoped_release nogil;
-    b.isa().gemm_fast(row_begin, row_end, n, k, sa, b.data(), c, ldc, &ep);
+    const IsaKernels& kern = b.isa();
+    const int64_t blocks = (row_end - row_begin + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK;
+    // a row's arithmetic never depends on its block: any split gives the same bits
+    NativePool::get().run(threads > 1 ? blocks : 1, threads, [&](int64_t i) {
+        const int64_t lo = threads > 1 ? row_begin + i * GEMM_ROW_BLOCK : row_begin;
+        const int64_t hi = threads > 1 ? std::min(row_end, lo + GEMM_ROW_BLOCK) : row_end;
+        kern.gemm_fast(lo, hi, n, k, sa, b.data(), c, ldc, &ep);
+    });
 }
 
 void gemm_exact(const InArray& a, const InArray& b, OutArray out, const std::string& isa,
@@ -471,7 +483,7 @@ public:
     }
 
     void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
-             const std::string& activation, int64_t u0, int64_t u1) {
+             const std::string& activation, int64_t u0, int64_t u1, int threads) {
         const ConvShape& s = shape_;
         check_x(x);
         check_work(work);
@@ -521,9 +533,9 @@ public:
                              ys1 = y.stride(1);
         const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
         nb::gil_scoped_release nogil;
-        float* block = mode_ == PACKED ? conv_block() : nullptr;
-        for (int64_t u = u0; u < u1; ++u) {
-            int64_t rest = u;
+        NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
+            float* block = mode_ == PACKED ? conv_block() : nullptr;
+            int64_t rest = u0 + i;
             const int64_t pb_i = rest % pblocks_;
             rest /= pblocks_;
             const int64_t mc = rest % mchunks_;
@@ -540,14 +552,14 @@ public:
                 isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
                                   m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, ys1, bg,
                                   act);
-                continue;
+                return;
             }
             if (mode_ == LANES) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_lanes(s, d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
                                  m1, p0 * tile_, std::min(p1 * tile_, s.oh * s.ow), yg, ys1, bg,
                                  act);
-                continue;
+                return;
             }
             const float* xg = px + img * xs0 + g * s.c * xs1;
             const int64_t positions = s.oh * s.ow;
@@ -556,7 +568,7 @@ public:
                 isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, ys1, bg, act,
                                 block);
             }
-        }
+        });
     }
 
 private:
@@ -661,7 +673,7 @@ ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>&
 void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
-               int64_t plane_end) {
+               int64_t plane_end, int threads) {
     const IsaKernels& kern = kernels_for(isa);
     check_matrix(x, "x", 4);
     check_matrix(y, "y", 4);
@@ -695,11 +707,18 @@ void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
     const float* px = static_cast<const float*>(x.data());
     float* py = static_cast<float*>(y.data());
     const std::ptrdiff_t x_cs = xs[1] > 1 ? x.stride(1) : x.stride(0), x_rs = x.stride(2);
-    thread_local std::vector<float> work;
     nb::gil_scoped_release nogil;
     const int64_t wide = std::max((s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1, s.pw + s.w);
-    work.resize(static_cast<size_t>((s.oh + 1) * wide));
-    kern.maxpool2d(s, px, x_cs, x_rs, plane_begin, plane_end, py, ys[2] * ys[3], work.data());
+    const int64_t count = plane_end - plane_begin;
+    const int64_t blocks = threads > 1 ? std::min<int64_t>(count, 8 * threads) : 1;
+    // planes are independent and a maximum is exact: any split gives the same values
+    NativePool::get().run(blocks, threads, [&](int64_t i) {
+        thread_local std::vector<float> work;
+        work.resize(static_cast<size_t>((s.oh + 1) * wide));
+        const int64_t lo = plane_begin + count * i / blocks;
+        const int64_t hi = plane_begin + count * (i + 1) / blocks;
+        kern.maxpool2d(s, px, x_cs, x_rs, lo, hi, py, ys[2] * ys[3], work.data());
+    });
 }
 
 // ---- element-wise functions ------------------------------------------------------------------
@@ -714,9 +733,13 @@ int parse_unary(const std::string& name) {
         ("unknown function '" + name + "'; expected exp, tanh, sigmoid, erf or gelu").c_str());
 }
 
+// Elements per block when unary splits its range over the plugin's threads (the same as
+// graphrt_ops_simd.elementwise.BLOCK).
+constexpr int64_t UNARY_BLOCK = 1 << 16;
+
 // out.flat[begin:end] = fn(x.flat[begin:end]); out is x itself (in place) or apart from it.
 void unary(const std::string& fn, const InArray& x, OutArray out, const std::string& isa,
-           int64_t begin, int64_t end) {
+           int64_t begin, int64_t end, int threads) {
     const int op = parse_unary(fn);
     const IsaKernels& kern = kernels_for(isa);
     check_flat(x, "x");
@@ -736,7 +759,13 @@ void unary(const std::string& fn, const InArray& x, OutArray out, const std::str
     const float* px = static_cast<const float*>(x.data()) + begin;
     float* py = static_cast<float*>(out.data()) + begin;
     nb::gil_scoped_release nogil;
-    kern.unary(op, px, py, end - begin);
+    const int64_t count = end - begin, blocks = (count + UNARY_BLOCK - 1) / UNARY_BLOCK;
+    // every element's operations are its own: any split gives the same bits
+    NativePool::get().run(threads > 1 ? blocks : 1, threads, [&](int64_t i) {
+        const int64_t lo = threads > 1 ? i * UNARY_BLOCK : 0;
+        const int64_t hi = threads > 1 ? std::min(count, lo + UNARY_BLOCK) : count;
+        kern.unary(op, px + lo, py + lo, hi - lo);
+    });
 }
 
 }  // namespace
@@ -763,12 +792,14 @@ NB_MODULE(_native, m) {
           nb::arg("bias").none() = nb::none(), nb::arg("bias_axis") = "col",
           nb::arg("alpha") = 1.0f, nb::arg("activation") = "none", nb::arg("clip_min") = 0.0f,
           nb::arg("clip_max") = 0.0f, nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
-          "out[rows] = act(alpha * a[rows] @ B + bias) with B packed by pack_b.");
+          nb::arg("threads") = 1,
+          "out[rows] = act(alpha * a[rows] @ B + bias) with B packed by pack_b; with threads > "
+          "1 the rows run in blocks of 64 on the plugin's threads (the same bits).");
     m.def("gemm_exact", &gemm_exact, nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("isa"),
           nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
           "out[rows] = a[rows] @ b in the canonical exact order; NaN -> 0x7FC00000.");
     m.def("unary", &unary, nb::arg("fn"), nb::arg("x"), nb::arg("out"), nb::arg("isa"),
-          nb::arg("begin") = 0, nb::arg("end") = -1,
+          nb::arg("begin") = 0, nb::arg("end") = -1, nb::arg("threads") = 1,
           "out.flat[begin:end] = fn(x.flat[begin:end]) for fn in exp, tanh, sigmoid, erf, gelu "
           "(float32, C-contiguous, out is x or apart from it) in exact mode's operation order; "
           "NaN -> 0x7FC00000.");
@@ -782,9 +813,10 @@ NB_MODULE(_native, m) {
              "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
              nb::arg("bias").none(), nb::arg("activation"), nb::arg("unit_begin") = 0,
-             nb::arg("unit_end") = -1,
+             nb::arg("unit_end") = -1, nb::arg("threads") = 1,
              "y = act(conv(x) + bias) for units [unit_begin, unit_end) (activation none or "
-             "relu); units are independent outputs, so any split gives the same bits.");
+             "relu), over `threads` threads of the plugin's pool; units are independent "
+             "outputs, so any split and thread count give the same bits.");
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
@@ -792,7 +824,7 @@ NB_MODULE(_native, m) {
           "output extents, which fix the pads after; kernel: auto, direct, lanes or packed).");
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
-          nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1,
+          nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
           "y = MaxPool(x), float32 NCHW (y C-contiguous; pads = the pads before each axis, "
           "y's extents fix the windows), for planes [plane_begin, plane_end); NaN propagates.");
     m.def("canonicalize_nan", &canonicalize_nan, nb::arg("x"),
