@@ -78,7 +78,7 @@ def _run(isa, g, x, w, b, split, kernel="auto"):
     )  # fmt: skip
     work = np.full(plan.work_floats, np.nan, F32)  # staging must write what the kernel reads
     y = np.full((x.shape[0], w.shape[0], *g["out"]), np.nan, F32)
-    plan.stage(x, work)
+    plan.stage(x, work, 2 if split else 1)  # staging blocks spread over two threads, or not
     if split:
         for u in reversed(range(plan.units)):
             plan.run(x, work, y, b, g["act"], u, u + 1)

@@ -114,7 +114,7 @@ class Conv(NativeKernel):
         product = functools.partial(p.native.run, x, work, y, bias, p.activation, 0, -1, threads)
         calls = [product]
         if p.native.staged:
-            calls.insert(0, functools.partial(p.native.stage, x, work))
+            calls.insert(0, functools.partial(p.native.stage, x, work, threads))
         if p.epilogue is not None:
             calls += basic_fused.epilogue_calls(ctx, p.epilogue, y)
         if p.gelu:

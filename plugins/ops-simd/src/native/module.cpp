@@ -341,6 +341,9 @@ constexpr int64_t LANES_MAX_POSITIONS = 1024;
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
 constexpr int64_t LANES_MIN_DEPTH = 64;
 
+// Channels per staging block (stage() spreads them over the plugin's threads).
+constexpr int64_t STAGE_CHANNELS = 16;
+
 // ---- fast 2-D convolution -------------------------------------------------------------------
 
 std::string dims(const std::vector<int64_t>& v) {
@@ -467,7 +470,7 @@ public:
         return mode_ == DIRECT ? "direct" : mode_ == LANES ? "lanes" : "packed";
     }
 
-    void stage(const InArray& x, OutArray work) {
+    void stage(const InArray& x, OutArray work, int threads) {
         check_x(x);
         check_work(work);
         check_no_overlap(work, x, "x");
@@ -476,10 +479,21 @@ public:
         float* pw = static_cast<float*>(work.data());
         const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
         nb::gil_scoped_release nogil;
-        for (int64_t img = 0; img < n_; ++img)
-            for (int64_t g = 0; g < group_; ++g)
-                isa_->conv_stage(direct_shape_, px + img * xs0 + g * shape_.c * xs1, xs1, xs2,
-                                 pw + (img * group_ + g) * direct_shape_.staged);
+        // blocks of STAGE_CHANNELS channels of one image and group, the last one with the
+        // zero tail; copies, so any split over threads gives the same staged planes
+        const DirectShape& d = direct_shape_;
+        const int64_t plane = d.hp * d.wp;
+        const int64_t per = (d.c + STAGE_CHANNELS - 1) / STAGE_CHANNELS;
+        NativePool::get().run(n_ * group_ * per, threads, [&](int64_t i) {
+            const int64_t block = i % per, ig = i / per;
+            const int64_t img = ig / group_, g = ig % group_;
+            const int64_t c0 = block * STAGE_CHANNELS;
+            DirectShape part = d;
+            part.c = std::min(STAGE_CHANNELS, d.c - c0);
+            part.staged = block + 1 == per ? d.staged - c0 * plane : part.c * plane;
+            isa_->conv_stage(part, px + img * xs0 + (g * shape_.c + c0) * xs1, xs1, xs2,
+                             pw + ig * d.staged + c0 * plane);
+        });
     }
 
     void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
@@ -809,7 +823,7 @@ NB_MODULE(_native, m) {
         .def_prop_ro("work_floats", &ConvPlan::work_floats)
         .def_prop_ro("staged", &ConvPlan::staged)
         .def_prop_ro("kernel", &ConvPlan::kernel)
-        .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"),
+        .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"), nb::arg("threads") = 1,
              "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
              nb::arg("bias").none(), nb::arg("activation"), nb::arg("unit_begin") = 0,

@@ -48,7 +48,7 @@ public:
             return;
         }
         ensure_workers(threads - 1);
-        Job job{n, &fn};
+        Job job(n, &fn);
         wanted_.store(threads - 1);
         job_.store(&job);
         {
@@ -65,6 +65,7 @@ public:
 
 private:
     struct Job {
+        Job(int64_t count, const std::function<void(int64_t)>* f) : n(count), fn(f) {}
         int64_t n;
         const std::function<void(int64_t)>* fn;
         std::atomic<int64_t> next{0};
