@@ -1,5 +1,5 @@
-"""Native MaxPool and Gelu: values against independent references on every ISA, sessions
-against the numpy path, fusion keeping bits, and refusals of bad arguments."""
+"""Native MaxPool, Gelu and Concat: values against independent references on every ISA,
+sessions against the numpy path, fusion keeping bits, and refusals of bad arguments."""
 
 from __future__ import annotations
 
@@ -207,3 +207,64 @@ def test_gelu_tanh_and_exact_stay_on_numpy():
     want = graphrt.Session(model, kernel_path="numpy").run(None, {"x": x})[0]
     got = graphrt.Session(model, kernel_path=ISAS[-1]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "shapes, axis",
+    [
+        ([(1, 64, 55, 55), (1, 64, 55, 55)], 1),
+        ([(2, 3, 4), (2, 5, 4), (2, 1, 4)], 1),
+        ([(3, 7), (3, 2)], 1),
+        ([(4, 6), (1, 6), (2, 6)], 0),
+        ([(2, 3, 1), (2, 3, 9)], 2),
+    ],
+)
+def test_native_concat_copies(shapes, axis, threads):
+    rng = np.random.default_rng(len(shapes))
+    xs = [rng.standard_normal(s).astype(F32) for s in shapes]
+    want = np.concatenate(xs, axis=axis)
+    out = np.full_like(want, np.nan)
+    simd.concat(xs, out, axis, threads)
+    np.testing.assert_array_equal(bits(out), bits(want))
+
+
+def test_native_concat_refusals():
+    a, b = np.ones((2, 3), F32), np.ones((2, 4), F32)
+    out, shared = np.empty((2, 7), F32), np.zeros(20, F32)
+    for args, kind, message in [
+        (([a, b], np.empty((2, 8), F32), 1), ValueError, "add up to"),
+        (([a, np.ones((3, 4), F32)], out, 1), ValueError, "does not fit"),
+        (([a, b], out, 2), ValueError, "axis 2"),
+        (([a, np.ones((2, 8), F32)[:, ::2]], out, 1), ValueError, "C-contiguous"),
+        (([a, b.astype(np.float64)], out, 1), TypeError, "float32"),
+        (([a, shared[10:18].reshape(2, 4)], shared[:14].reshape(2, 7), 1), ValueError, "overlap"),
+    ]:
+        with pytest.raises(kind, match=message):
+            simd.concat(*args)
+
+
+def test_concat_sessions_keep_bits_in_both_modes():
+    """Copies are exact: fast and exact mode give numpy's bytes; empty inputs add nothing."""
+    path = ISAS[-1]
+    nodes = [helper.make_node("Concat", ["a", "e", "b"], ["y"], axis=1)]
+    model = make_model(
+        nodes,
+        [
+            tensor("a", shape=[1, 64, 40, 40]),
+            tensor("e", shape=[1, 0, 40, 40]),
+            tensor("b", shape=[1, 32, 40, 40]),
+        ],
+        [tensor("y")],
+    )
+    rng = np.random.default_rng(4)
+    feed = {
+        "a": rng.standard_normal((1, 64, 40, 40)).astype(F32),
+        "e": np.empty((1, 0, 40, 40), F32),
+        "b": rng.standard_normal((1, 32, 40, 40)).astype(F32),
+    }
+    want = np.concatenate([feed["a"], feed["b"]], axis=1)
+    for mode in ("fast", "exact"):
+        for threads in (1, 2):
+            sess = graphrt.Session(model, kernel_path=path, mode=mode, intra_op_threads=threads)
+            np.testing.assert_array_equal(bits(sess.run(None, feed)[0]), bits(want))

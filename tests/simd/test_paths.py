@@ -51,7 +51,18 @@ def test_plugin_provides_the_three_paths_ranked():
     assert {n: p.rank for n, p in paths.items()} == {"scalar": 10, "avx2": 20, "avx512": 30}
     for name, p in paths.items():
         assert p.available() == (name in ISAS)
-        ops = {"Conv", "MatMul", "Gemm", "Exp", "Tanh", "Sigmoid", "Erf", "Gelu", "MaxPool"}
+        ops = {
+            "Conv",
+            "MatMul",
+            "Gemm",
+            "Exp",
+            "Tanh",
+            "Sigmoid",
+            "Erf",
+            "Gelu",
+            "MaxPool",
+            "Concat",
+        }
         ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu")
         fused = {("com.graphrt", op) for op in ours}
         assert set(p.kernels) == {("", op) for op in ops} | fused

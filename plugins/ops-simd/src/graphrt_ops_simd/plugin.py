@@ -1,8 +1,8 @@
 """The hook implementations graphrt finds through this package's entry point.
 
-Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Exp, Tanh,
-Sigmoid, Erf, Gelu and the fused products (FusedConv, FusedMatMul, FusedGemm); the session
-picks the best available one ("auto") or the one forced by ``kernel_path=`` /
+Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Concat,
+Exp, Tanh, Sigmoid, Erf, Gelu and the fused products (FusedConv, FusedMatMul, FusedGemm); the
+session picks the best available one ("auto") or the one forced by ``kernel_path=`` /
 ``GRAPHRT_KERNEL_PATH``.
 """
 
@@ -17,6 +17,7 @@ from graphrt.paths import KernelPath
 
 from . import _native
 from .conv import Conv, FusedConv
+from .copies import Concat
 from .elementwise import UNARY, Gelu
 from .fused import FusedMatMul, FusedProduct
 from .kernels import Gemm, MatMul, NumpyFactory
@@ -54,6 +55,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("com.graphrt", "FusedGemm"): _factory(FusedProduct, isa),
                 ("", "Gelu"): _factory(Gelu, isa),
                 ("", "MaxPool"): _factory(MaxPool, isa),
+                ("", "Concat"): _factory(Concat, isa),
                 ("com.graphrt", "Gelu"): _factory(Gelu, isa),
                 **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
             },

@@ -735,6 +735,56 @@ void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
     });
 }
 
+// ---- Concat ----------------------------------------------------------------------------------
+
+// out = concatenate(xs, axis), float32, every array C-contiguous: for each index before the
+// axis, each input's contiguous chunk is one copy; the copies run on the plugin's threads.
+void concat(const std::vector<InArray>& xs, OutArray out, int64_t axis, int threads) {
+    check_flat(out, "out");
+    const std::vector<int64_t> os = shape_of(out);
+    const int64_t rank = static_cast<int64_t>(os.size());
+    if (axis < 0 || axis >= rank)
+        throw nb::value_error(("axis " + std::to_string(axis) + " is not inside out's " +
+                               std::to_string(rank) + " dimension(s)")
+                                  .c_str());
+    int64_t outer = 1, inner = 1, along = 0;
+    for (int64_t d = 0; d < axis; ++d) outer *= os[d];
+    for (int64_t d = axis; d < rank; ++d) inner *= os[d];
+    std::vector<const float*> src;
+    std::vector<int64_t> chunk, offset;
+    for (const InArray& x : xs) {
+        check_flat(x, "every input");
+        std::vector<int64_t> s = shape_of(x);
+        if (static_cast<int64_t>(s.size()) != rank)
+            throw nb::value_error(("input " + dims(s) + " does not fit out " + dims(os)).c_str());
+        int64_t size = 1;
+        for (int64_t d = 0; d < rank; ++d) {
+            if (d != axis && s[d] != os[d])
+                throw nb::value_error(("input " + dims(s) + " does not fit out " + dims(os))
+                                          .c_str());
+            if (d >= axis) size *= s[d];
+        }
+        check_no_overlap(out, x, "an input");
+        src.push_back(static_cast<const float*>(x.data()));
+        chunk.push_back(size);
+        offset.push_back(along * (axis + 1 < rank ? inner / os[axis] : 1));
+        along += s[axis];
+    }
+    if (along != os[axis])
+        throw nb::value_error(("the inputs add up to " + std::to_string(along) +
+                               " along the axis, out has " + std::to_string(os[axis]))
+                                  .c_str());
+    float* dst = static_cast<float*>(out.data());
+    const int64_t count = static_cast<int64_t>(xs.size());
+    nb::gil_scoped_release nogil;
+    NativePool::get().run(outer * count, threads, [&](int64_t j) {
+        const int64_t o = j / count, i = j % count;
+        if (chunk[i] > 0)
+            std::memcpy(dst + o * inner + offset[i], src[i] + o * chunk[i],
+                        static_cast<size_t>(chunk[i]) * sizeof(float));
+    });
+}
+
 // ---- element-wise functions ------------------------------------------------------------------
 
 int parse_unary(const std::string& name) {
@@ -841,6 +891,10 @@ NB_MODULE(_native, m) {
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
           "y = MaxPool(x), float32 NCHW (y C-contiguous; pads = the pads before each axis, "
           "y's extents fix the windows), for planes [plane_begin, plane_end); NaN propagates.");
+    m.def("concat", &concat, nb::arg("xs"), nb::arg("out"), nb::arg("axis"),
+          nb::arg("threads") = 1,
+          "out = concatenate(xs, axis) for float32 C-contiguous arrays, the copies spread over "
+          "`threads` of the plugin's threads.");
     m.def("canonicalize_nan", &canonicalize_nan, nb::arg("x"),
           "Rewrite every NaN of x to 0x7FC00000 in place.");
 }
