@@ -31,6 +31,7 @@ import numpy as np
 from graphrt.kernel import InferContext, KernelContext
 from graphrt_ops_basic import conv as basic_conv
 from graphrt_ops_basic import fused as basic_fused
+from graphrt_ops_basic._geometry import call_all
 
 from . import _native
 from .elementwise import native_gelu_call
@@ -105,6 +106,8 @@ class Conv(NativeKernel):
     ) -> Callable[[], None]:
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
+        if x.ndim == 4 and x.shape[3] > 1 and x.strides[3] != 4:  # a strided view: copy it
+            return functools.partial(_with_contiguous_x, self, ctx, inputs, outputs)
         bias = p.bias
         if bias is None and len(inputs) > 2 and inputs[2] is not None:
             bias = inputs[2]
@@ -119,9 +122,7 @@ class Conv(NativeKernel):
             calls += basic_fused.epilogue_calls(ctx, p.epilogue, y)
         if p.gelu:
             calls.append(native_gelu_call(y, self.isa, ctx))
-        if x.ndim == 4 and x.shape[3] > 1 and x.strides[3] != 4:  # a strided view: copy it
-            return functools.partial(_with_contiguous_x, self, ctx, inputs, outputs)
-        return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
+        return calls[0] if len(calls) == 1 else functools.partial(call_all, calls)
 
 
 class FusedConv(GeluTailFallback, Conv):
@@ -135,8 +136,3 @@ def _with_contiguous_x(
     kernel: Conv, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
 ) -> None:
     kernel.bind_native(ctx, [np.ascontiguousarray(inputs[0]), *inputs[1:]], outputs)()
-
-
-def _call_all(calls: list[Callable[[], Any]]) -> None:
-    for f in calls:
-        f()

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext
+from graphrt_ops_basic._geometry import call_all
 from graphrt_ops_basic.fused import Activation
 
 from .elementwise import FAST_NATIVE, native_gelu_call
@@ -55,7 +56,7 @@ def bind_gelu_tail(
     inner = copy.copy(ctx)
     inner.prepared = ctx.prepared.inner
     product = kernel.base.bind(inner, inputs, outputs)
-    return functools.partial(_both, product, native_gelu_call(outputs[0], kernel.isa, ctx))
+    return functools.partial(call_all, [product, native_gelu_call(outputs[0], kernel.isa, ctx)])
 
 
 class FusedProduct(NativeKernel):
@@ -70,11 +71,6 @@ class FusedProduct(NativeKernel):
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         return bind_gelu_tail(self, ctx, inputs, outputs)
-
-
-def _both(first: Callable[[], Any], second: Callable[[], Any]) -> None:
-    first()
-    second()
 
 
 class GeluTailFallback:
