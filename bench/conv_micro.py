@@ -152,14 +152,14 @@ def best_of(fns: list[Callable[[], object]], repeat: int) -> list[float]:
 def compare_kernels(args: argparse.Namespace) -> None:
     """Each native kernel (packed, direct where strides are 1, lanes where the ISA has it)."""
     layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
-    print("| layer | count | packed ms | direct ms | lanes ms | auto picks |")
-    print("|---|---|---|---|---|---|")
+    print("| layer | count | packed ms | direct ms | lanes ms | stream ms | auto picks |")
+    print("|---|---|---|---|---|---|---|")
     for name, (shape, count) in layers.items():
         _, _, w, b = conv_model(*shape)
         x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
         x = x.astype(np.float32)
         runs = {}
-        for kernel in ("packed", "direct", "lanes"):
+        for kernel in ("packed", "direct", "lanes", "stream"):
             try:
                 found = native_kernel(shape, x, w, b, kernel)
             except ValueError:  # not for these strides, or not on this ISA
@@ -169,7 +169,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
             runs[kernel] = found[0]
         times = dict(zip(runs, best_of(list(runs.values()), args.repeat)))
         cells = [
-            f"{times[k] * count:.3f}" if k in times else "-" for k in ("packed", "direct", "lanes")
+            f"{times[k] * count:.3f}" if k in times else "-" for k in ("packed", "direct", "lanes", "stream")
         ]
         from graphrt_ops_simd import _native
 

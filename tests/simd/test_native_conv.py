@@ -87,11 +87,14 @@ def _run(isa, g, x, w, b, split, kernel="auto"):
     return y
 
 
-def kernels_for(isa: str, strides) -> list[str]:
-    """Every conv kernel this ISA can run on such strides."""
+def kernels_for(isa: str, g: dict) -> list[str]:
+    """Every conv kernel this ISA can run on the geometry g."""
     kernels = ["auto", "packed"]
-    if tuple(strides) == (1, 1):
+    if tuple(g["strides"]) == (1, 1):
         kernels.append("direct")
+        plain = tuple(g["w_shape"][2:]) == (1, 1) and tuple(g["pads"]) == (0, 0)
+        if plain and tuple(g["out"]) == tuple(g["x_shape"][2:]):
+            kernels.append("stream")
     if isa != "scalar" and isa != "avx2":  # channels in lanes: one vector of cmr channels
         kernels.append("lanes")
     return kernels
@@ -107,11 +110,38 @@ def test_values_and_split_independence(isa, g):
     if g["act"] == "relu":
         want = np.maximum(want, 0)
     depth = g["w_shape"][1] * g["w_shape"][2] * g["w_shape"][3]
-    for kernel in kernels_for(isa, g["strides"]):
+    for kernel in kernels_for(isa, g):
         whole = _run(isa, g, x, w, b, split=False, kernel=kernel)
         np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * depth, err_msg=kernel)
         split = _run(isa, g, x, w, b, split=True, kernel=kernel)
         np.testing.assert_array_equal(bits(split), bits(whole), err_msg=kernel)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(
+    "n, c, m, h, w, group",
+    [(1, 64, 16, 55, 55, 1), (2, 8, 40, 5, 7, 1), (1, 12, 48, 3, 3, 3), (2, 16, 16, 4, 4, 2)],
+)
+def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
+    """x's planes read in place: whole tiles, a last partial tile (or only that) and groups,
+    against the reference and, bit for bit, the unit-by-unit run; rows that are not h * w
+    apart take the packed columns instead, with the same values."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(c * m + h)
+    x = rng.standard_normal((n, c, h, w)).astype(F32)
+    wt = rng.standard_normal((m, c // group, 1, 1)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    g = dict(group=group, strides=(1, 1), dilations=(1, 1), pads=(0, 0), out=(h, w),
+             act="relu")  # fmt: skip
+    want = np.maximum(reference(x, wt, b, group, (1, 1), (1, 1), (0, 0), (h, w)), 0)
+    whole = _run(isa, g, x, wt, b, split=False, kernel="stream")
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-4)
+    split = _run(isa, g, x, wt, b, split=True, kernel="stream")
+    np.testing.assert_array_equal(bits(split), bits(whole))
+    wider = np.zeros((n, c, h, w + 3), F32)
+    wider[..., :w] = x
+    rows_apart = _run(isa, g, wider[..., :w], wt, b, split=False, kernel="stream")
+    np.testing.assert_allclose(rows_apart, want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
@@ -227,7 +257,8 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
     [
         ((64, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, unit strides
         ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map
-        ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1 on a large map: a plain copy
+        ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
+        ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
         ((512, 512, 7, 7, 1), (1, 1), "lanes"),
         ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
         ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, a shallow window
@@ -241,7 +272,7 @@ def test_auto_kernel_choice(shape, strides, want):
     wt = np.ones((m, c, k, k), F32)
     plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, "avx512")
     assert plan.kernel == want
-    assert plan.staged == (want != "packed")
+    assert plan.staged == (want in ("direct", "lanes"))
 
 
 def test_refusals():
@@ -260,6 +291,7 @@ def test_refusals():
         (dict(kernel="winograd"), ValueError, "unknown conv kernel"),
         (dict(kernel="lanes"), ValueError, "no channels-in-lanes"),  # scalar: 1-float vectors
         (dict(strides=[2, 1], kernel="direct"), ValueError, "unit strides"),
+        (dict(kernel="stream"), ValueError, "1x1 kernel, unit strides and no padding"),
     ]
     for change, kind, message in bad:
         with pytest.raises(kind, match=message):

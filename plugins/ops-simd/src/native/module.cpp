@@ -340,6 +340,10 @@ void check_flat(const A& x, const char* what) {
 constexpr int64_t LANES_MAX_POSITIONS = 1024;
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
 constexpr int64_t LANES_MIN_DEPTH = 64;
+// Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
+// stream kernel) instead of packing them: with more, the packed panel serves enough channel
+// tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms).
+constexpr int64_t STREAM_MAX_CHANNELS = 256;
 
 // Channels per staging block (stage() spreads them over the plugin's threads).
 constexpr int64_t STAGE_CHANNELS = 16;
@@ -419,9 +423,14 @@ public:
         const int64_t fit = (384 * 1024 / 4) / (k_ * cmr);
         const int64_t per_chunk =
             mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
+        if (mode_ == STREAM) {  // one row of h * w positions; tap row ch is x's plane ch
+            DirectShape& d = direct_shape_;
+            d = DirectShape{s.c, 1, s.h * s.w, 1, 1, 0, 0, 1, s.h * s.w, 1, s.h * s.w, 0};
+            for (int64_t ch = 0; ch < s.c; ++ch) offs_.push_back(ch * s.h * s.w);
+        }
         mchunks_ = (tiles_ + per_chunk - 1) / per_chunk;
         int64_t ptiles, tile = cnr;  // position tiles of one image and group, their size
-        if (mode_ != PACKED) {
+        if (staged()) {
             // the staged planes: every read of an output's window lies inside them
             DirectShape& d = direct_shape_;
             d.c = s.c, d.h = s.h, d.w = s.w, d.kh = s.kh, d.kw = s.kw, d.ph = s.ph, d.pw = s.pw;
@@ -463,18 +472,21 @@ public:
     int64_t nbytes() const { return per_group_ * group_ * static_cast<int64_t>(sizeof(float)); }
     // floats of the staging buffer stage() and run() take (0: the packed path needs none)
     int64_t work_floats() const {
-        return mode_ != PACKED ? n_ * group_ * direct_shape_.staged : 0;
+        return staged() ? n_ * group_ * direct_shape_.staged : 0;
     }
-    bool staged() const { return mode_ != PACKED; }
+    bool staged() const { return mode_ == DIRECT || mode_ == LANES; }
     std::string kernel() const {
-        return mode_ == DIRECT ? "direct" : mode_ == LANES ? "lanes" : "packed";
+        return mode_ == DIRECT   ? "direct"
+               : mode_ == LANES  ? "lanes"
+               : mode_ == STREAM ? "stream"
+                                 : "packed";
     }
 
     void stage(const InArray& x, OutArray work, int threads) {
         check_x(x);
         check_work(work);
         check_no_overlap(work, x, "x");
-        if (mode_ == PACKED) return;
+        if (!staged()) return;
         const float* px = static_cast<const float*>(x.data());
         float* pw = static_cast<float*>(work.data());
         const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
@@ -534,12 +546,16 @@ public:
         // the packed path reads a 1x1 kernel with unit strides and no padding as one long row
         ConvShape run_shape = s;
         std::ptrdiff_t x_rs = static_cast<std::ptrdiff_t>(x.stride(2));
-        if (s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.sh == 1 && s.sw == 1 &&
-            s.oh == s.h && s.ow == s.w && (s.h == 1 || x_rs == s.w)) {
+        const bool flat = s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.sh == 1 &&
+                          s.sw == 1 && s.oh == s.h && s.ow == s.w && (s.h == 1 || x_rs == s.w);
+        if (flat) {
             run_shape.w = run_shape.ow = s.h * s.w;
             run_shape.h = run_shape.oh = 1;
             x_rs = run_shape.w;
         }
+        // the stream kernel reads x's planes in place: they must lie h * w floats apart
+        const bool stream = mode_ == STREAM && flat &&
+                            (s.c * group_ == 1 || x.stride(1) == s.h * s.w);
         const float* px = static_cast<const float*>(x.data());
         const float* pw = static_cast<const float*>(work.data());
         float* py = static_cast<float*>(y.data());
@@ -548,7 +564,7 @@ public:
         const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
         nb::gil_scoped_release nogil;
         NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
-            float* block = mode_ == PACKED ? conv_block() : nullptr;
+            float* block = mode_ == PACKED || (mode_ == STREAM && !stream) ? conv_block() : nullptr;
             int64_t rest = u0 + i;
             const int64_t pb_i = rest % pblocks_;
             rest /= pblocks_;
@@ -577,7 +593,16 @@ public:
             }
             const float* xg = px + img * xs0 + g * s.c * xs1;
             const int64_t positions = s.oh * s.ow;
-            for (int64_t j0 = p0 * cnr; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
+            int64_t j_from = p0 * cnr;
+            if (stream) {  // whole tiles straight from x, the last partial one packed
+                const int64_t whole = std::min(p1 * cnr, positions / cnr * cnr);
+                if (j_from < whole)
+                    isa_->conv_direct(direct_shape_, xg, offs_.data(), wg, m0, m1, j_from,
+                                      whole, yg, ys1, bg, act);
+                j_from = std::max(j_from, whole);
+                if (j_from < std::min(p1 * cnr, positions)) block = conv_block();
+            }
+            for (int64_t j0 = j_from; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
                 const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
                 isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, ys1, bg, act,
                                 block);
@@ -631,7 +656,7 @@ private:
     std::vector<int64_t> offs_;
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
-    enum Mode { PACKED, DIRECT, LANES } mode_ = PACKED;
+    enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
     int64_t tile_ = 1;
 
     // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
@@ -640,10 +665,17 @@ private:
         const ConvShape& s = shape_;
         const bool unit = s.sh == 1 && s.sw == 1;
         const bool lanes_ok = isa_->conv_lanes_ok;
+        const bool one = s.kh * s.kw == 1;
         if (kernel == "packed") return PACKED;
         if (kernel == "direct") {
             if (!unit) throw nb::value_error("the direct kernel needs unit strides");
             return DIRECT;
+        }
+        if (kernel == "stream") {
+            if (!one || !unit || s.ph || s.pw || s.oh != s.h || s.ow != s.w)
+                throw nb::value_error(
+                    "the stream kernel needs a 1x1 kernel, unit strides and no padding");
+            return STREAM;
         }
         if (kernel == "lanes") {
             if (!lanes_ok)
@@ -654,20 +686,23 @@ private:
         }
         if (kernel != "auto")
             throw nb::value_error(("unknown conv kernel '" + kernel +
-                                   "'; expected auto, direct, lanes or packed")
+                                   "'; expected auto, direct, lanes, packed or stream")
                                       .c_str());
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
         // --kernels): channels in lanes where the maps are small or the strides large enough
-        // to make packing dear, the direct kernel for large maps with unit strides, packed
-        // columns for 1x1 kernels on large maps (a plain copy) and for very shallow windows.
+        // to make packing dear, the direct kernel for large maps with unit strides, x's own
+        // planes for plain 1x1 kernels on large maps with few output channels (stream), and
+        // packed columns for the other 1x1 kernels and for very shallow strided windows.
         const int64_t positions = s.oh * s.ow, depth = s.c * s.kh * s.kw;
-        const bool one = s.kh * s.kw == 1;
         if (lanes_ok) {
             if (one ? positions <= LANES_MAX_POSITIONS_1X1
                     : (unit ? positions <= LANES_MAX_POSITIONS : depth >= LANES_MIN_DEPTH))
                 return LANES;
         }
         if (unit && !one) return DIRECT;
+        if (one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w &&
+            mg_ < STREAM_MAX_CHANNELS)
+            return STREAM;
         return PACKED;
     }
     std::unique_ptr<float, FreeDeleter> packed_;
@@ -885,7 +920,7 @@ NB_MODULE(_native, m) {
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
           "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
-          "output extents, which fix the pads after; kernel: auto, direct, lanes or packed).");
+          "output extents, which fix the pads after; kernel: auto, direct, lanes, packed or stream).");
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
