@@ -12,8 +12,8 @@ when the plugin is installed), a graphrt session running the one-node model (whi
 of the two), and an onnxruntime session; ratios are over onnxruntime, and ``--model`` weights
 each shape by how often the model has it.  Runs alternate between the runtimes, so load on the
 machine hits all of them; the minimum is reported because it is the least disturbed by other
-processes.  ``--kernels`` times each of the native plan's kernels (packed, direct, lanes) on each
-layer instead: the figures behind its automatic choice.  plugins/ops-simd/README.md has both.
+processes.  ``--kernels`` times each of the native plan's kernels (packed, direct, lanes,
+stream) on each layer instead: the figures behind its automatic choice.  plugins/ops-simd/README.md has both.
 """
 
 from __future__ import annotations
@@ -149,8 +149,13 @@ def best_of(fns: list[Callable[[], object]], repeat: int) -> list[float]:
     return [b * 1e3 for b in best]
 
 
+#: The native plan's kernels, as conv_plan(kernel=...) names them.
+NATIVE_KERNELS = ("packed", "direct", "lanes", "stream")
+
+
 def compare_kernels(args: argparse.Namespace) -> None:
-    """Each native kernel (packed, direct where strides are 1, lanes where the ISA has it)."""
+    """Each native kernel (direct and stream where the geometry allows, lanes where the ISA has
+    it)."""
     layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
     print("| layer | count | packed ms | direct ms | lanes ms | stream ms | auto picks |")
     print("|---|---|---|---|---|---|---|")
@@ -159,7 +164,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
         x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
         x = x.astype(np.float32)
         runs = {}
-        for kernel in ("packed", "direct", "lanes", "stream"):
+        for kernel in NATIVE_KERNELS:
             try:
                 found = native_kernel(shape, x, w, b, kernel)
             except ValueError:  # not for these strides, or not on this ISA
@@ -169,7 +174,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
             runs[kernel] = found[0]
         times = dict(zip(runs, best_of(list(runs.values()), args.repeat)))
         cells = [
-            f"{times[k] * count:.3f}" if k in times else "-" for k in ("packed", "direct", "lanes", "stream")
+            f"{times[k] * count:.3f}" if k in times else "-" for k in NATIVE_KERNELS
         ]
         from graphrt_ops_simd import _native
 
