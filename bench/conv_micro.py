@@ -13,7 +13,8 @@ of the two), and an onnxruntime session; ratios are over onnxruntime, and ``--mo
 each shape by how often the model has it.  Runs alternate between the runtimes, so load on the
 machine hits all of them; the minimum is reported because it is the least disturbed by other
 processes.  ``--kernels`` times each of the native plan's kernels (packed, direct, lanes,
-stream) on each layer instead: the figures behind its automatic choice.  plugins/ops-simd/README.md has both.
+stream) on each layer instead: the figures behind its automatic choice.
+plugins/ops-simd/README.md has both.
 """
 
 from __future__ import annotations
@@ -173,9 +174,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
                 raise SystemExit("graphrt-ops-simd is not installed")
             runs[kernel] = found[0]
         times = dict(zip(runs, best_of(list(runs.values()), args.repeat)))
-        cells = [
-            f"{times[k] * count:.3f}" if k in times else "-" for k in NATIVE_KERNELS
-        ]
+        cells = [f"{times[k] * count:.3f}" if k in times else "-" for k in NATIVE_KERNELS]
         from graphrt_ops_simd import _native
 
         isa = _native.available_isas()[-1]
