@@ -31,6 +31,9 @@ from graphrt.kernel import InferContext, KernelContext, NodeInfo
 from ._geometry import Programmed, Staging, Window, call_all, resolve, staging, window_attrs
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, rewrite_nan
 
+#: Types numpy hands to BLAS in a product.
+BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
@@ -385,10 +388,16 @@ class GlobalAveragePool(_GlobalPool):
     supports_exact = True
 
     def calls(self, x, acc, y, work, count, exact=False) -> list[Callable[[], Any]]:
+        rows = _rows(x)
         if exact:  # ascending positions, one add at a time
-            total = functools.partial(canonical_sum, _rows(x), 2, acc[..., None])
+            total = functools.partial(canonical_sum, rows, 2, acc[..., None])
+        elif rows.dtype in BLAS_TYPES and rows.dtype == acc.dtype:
+            # a product with ones: BLAS's matrix-vector sum is several times add.reduce's along
+            # a short last axis (light_squeezenet's 1000 x 169: 0.10 -> 0.02 ms)
+            ones = np.ones(rows.shape[2], rows.dtype)
+            total = functools.partial(np.matmul, rows, ones, out=acc)
         else:
-            total = functools.partial(np.add.reduce, _rows(x), axis=2, out=acc)
+            total = functools.partial(np.add.reduce, rows, axis=2, out=acc)
         return [
             total,
             functools.partial(np.divide, acc, count, out=y, casting="unsafe"),

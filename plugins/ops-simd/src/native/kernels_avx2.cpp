@@ -27,6 +27,15 @@ GRAPHRT_SIMD_X86_UNARY(__m256, __m256i, 8, _mm256, 256, __m256, _mm256_cmp_ps, b
 
 #include "unary_driver.inc"
 
+// MaxPool's lane operation (pool_driver.inc): lanes 0, 2, ..., 14 of the 16 lanes a then b
+// (shufps picks them per 128-bit half; vpermpd puts the halves in order).
+struct PoolLanes {
+    static inline __m256 even(__m256 a, __m256 b) {
+        const __m256 halves = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(halves), 0xD8));
+    }
+};
+
 #include "gemm_driver.inc"
 #include "conv_driver.inc"
 

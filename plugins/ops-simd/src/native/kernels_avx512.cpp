@@ -33,6 +33,15 @@ GRAPHRT_SIMD_X86_UNARY(__m512, __m512i, 16, _mm512, 512, __mmask16, _mm512_cmp_p
 #include "unary_driver.inc"
 #pragma GCC diagnostic pop
 
+// MaxPool's lane operation (pool_driver.inc): lanes 0, 2, ..., 30 of the 32 lanes a then b.
+struct PoolLanes {
+    static inline __m512 even(__m512 a, __m512 b) {
+        const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                              28, 30);
+        return _mm512_permutex2var_ps(a, idx, b);
+    }
+};
+
 #include "gemm_driver.inc"
 #include "conv_driver.inc"
 

@@ -91,6 +91,12 @@ struct U {
     static inline F bit_xor(F a, F b) { return as_float(bits(a) ^ bits(b)); }
 };
 
+// MaxPool's lane operation (pool_driver.inc; fast mode never runs it on this path, tests do):
+// lanes 0 and 2 of a then of b.
+struct PoolLanes {
+    static inline UF even(UF a, UF b) { return UF{a[0], a[2], b[0], b[2]}; }
+};
+
 #include "unary_driver.inc"
 #include "gemm_driver.inc"
 #include "conv_driver.inc"
