@@ -52,6 +52,19 @@ struct DirectShape {
     int64_t staged;
 };
 
+// Position tiles of the channels-in-lanes conv kernel.  Rows wider than crt / 2 are cut into
+// equal pieces of at most crt positions (a 27-wide row: 14 + 13), whose positions lie at one
+// stride from the first: per_row tiles a row, width positions each.  Narrower rows (7 x 7
+// maps) run crt positions in a row over row ends, each at its own base (per_row = 0), which
+// measured faster than tiles of one or two whole rows.
+struct LanesTiling {
+    int64_t per_row, width, tiles;
+    LanesTiling(int64_t oh, int64_t ow, int64_t crt)
+        : per_row(2 * ow <= crt ? 0 : (ow + crt - 1) / crt),
+          width(per_row ? (ow + per_row - 1) / per_row : crt),
+          tiles(per_row ? oh * per_row : (oh * ow + crt - 1) / crt) {}
+};
+
 // Depth rows and output positions of one block of the conv's columns (CONV_KC * CONV_NCB
 // floats of scratch per thread); CONV_NCB is a multiple of every ISA's cnr.
 constexpr int64_t CONV_KC = 256;
@@ -96,12 +109,12 @@ struct IsaKernels {
                         float* y, std::ptrdiff_t ldy, const float* bias, int act);
     // Whether conv_lanes runs on this ISA (its channel tile is one vector).
     bool conv_lanes_ok;
-    // Output channels [m0, m1) (m0 a multiple of cmr) and output positions [j0, j1) (j = oy *
-    // ow + ox, any strides) from the staged planes (d: their geometry): one vector of cmr
-    // channels per position, taps broadcast from staged + offs[kk] + each position's base.
+    // Output channels [m0, m1) (m0 a multiple of cmr) and position tiles [t0, t1) (LanesTiling;
+    // any strides) from the staged planes (d: their geometry): one vector of cmr channels per
+    // position, taps broadcast from staged + offs[kk] + each position's offset.
     void (*conv_lanes)(const ConvShape& s, const DirectShape& d, const float* staged,
                        const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
-                       int64_t j0, int64_t j1, float* y, std::ptrdiff_t ldy,
+                       int64_t t0, int64_t t1, float* y, std::ptrdiff_t ldy,
                        const float* bias, int act);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the

@@ -444,8 +444,9 @@ public:
                                                      (s.kh - 1) * s.dh * d.wp +
                                                      (s.kw - 1) * s.dw + ptiles * cnr);
             } else {
-                tile = isa_->crt;
-                ptiles = (s.oh * s.ow + tile - 1) / tile;
+                const LanesTiling tiling(s.oh, s.ow, isa_->crt);
+                tile = tiling.width;  // the positions of a whole tile
+                ptiles = tiling.tiles;
                 d.staged = s.c * plane;
             }
             for (int64_t ch = 0; ch < s.c; ++ch)
@@ -455,7 +456,6 @@ public:
         } else {
             ptiles = (s.oh * s.ow + cnr - 1) / cnr;
         }
-        tile_ = tile;
         // blocks of positions: at most CONV_NCB each (the packed path's block), and at least
         // four units in all where the positions allow, for the intra-op threads
         const int64_t most = std::max<int64_t>(1, CONV_NCB / tile);
@@ -587,7 +587,7 @@ public:
             if (mode_ == LANES) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_lanes(s, d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                 m1, p0 * tile_, std::min(p1 * tile_, s.oh * s.ow), yg, ys1, bg,
+                                 m1, p0, p1, yg, ys1, bg,
                                  act);
                 return;
             }
@@ -657,7 +657,6 @@ private:
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
     enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
-    int64_t tile_ = 1;
 
     // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
     // run is a ValueError.
