@@ -255,7 +255,8 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
 @pytest.mark.parametrize(
     "shape, strides, want",
     [
-        ((64, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, unit strides
+        ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window
+        ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
         ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map
         ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
         ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy

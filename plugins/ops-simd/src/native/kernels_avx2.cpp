@@ -27,11 +27,16 @@ GRAPHRT_SIMD_X86_UNARY(__m256, __m256i, 8, _mm256, 256, __m256, _mm256_cmp_ps, b
 
 #include "unary_driver.inc"
 
-// MaxPool's lane operation (pool_driver.inc): lanes 0, 2, ..., 14 of the 16 lanes a then b
-// (shufps picks them per 128-bit half; vpermpd puts the halves in order).
+// MaxPool's lane operations (pool_driver.inc): lanes 0, 2, ..., 14 (even) and 1, 3, ..., 15
+// (odd) of the 16 lanes a then b (shufps picks them per 128-bit half; vpermpd puts the halves
+// in order).
 struct PoolLanes {
     static inline __m256 even(__m256 a, __m256 b) {
         const __m256 halves = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(halves), 0xD8));
+    }
+    static inline __m256 odd(__m256 a, __m256 b) {
+        const __m256 halves = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
         return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(halves), 0xD8));
     }
 };

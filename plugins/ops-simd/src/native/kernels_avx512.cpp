@@ -33,11 +33,17 @@ GRAPHRT_SIMD_X86_UNARY(__m512, __m512i, 16, _mm512, 512, __mmask16, _mm512_cmp_p
 #include "unary_driver.inc"
 #pragma GCC diagnostic pop
 
-// MaxPool's lane operation (pool_driver.inc): lanes 0, 2, ..., 30 of the 32 lanes a then b.
+// MaxPool's lane operations (pool_driver.inc): lanes 0, 2, ..., 30 (even) and 1, 3, ..., 31
+// (odd) of the 32 lanes a then b.
 struct PoolLanes {
     static inline __m512 even(__m512 a, __m512 b) {
         const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                               28, 30);
+        return _mm512_permutex2var_ps(a, idx, b);
+    }
+    static inline __m512 odd(__m512 a, __m512 b) {
+        const __m512i idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
+                                              29, 31);
         return _mm512_permutex2var_ps(a, idx, b);
     }
 };

@@ -91,10 +91,11 @@ struct U {
     static inline F bit_xor(F a, F b) { return as_float(bits(a) ^ bits(b)); }
 };
 
-// MaxPool's lane operation (pool_driver.inc; fast mode never runs it on this path, tests do):
-// lanes 0 and 2 of a then of b.
+// MaxPool's lane operations (pool_driver.inc; fast mode never runs them on this path, tests
+// do): lanes 0 and 2 (even) or 1 and 3 (odd) of a, then of b.
 struct PoolLanes {
     static inline UF even(UF a, UF b) { return UF{a[0], a[2], b[0], b[2]}; }
+    static inline UF odd(UF a, UF b) { return UF{a[1], a[3], b[1], b[3]}; }
 };
 
 #include "unary_driver.inc"

@@ -335,10 +335,13 @@ void check_flat(const A& x, const char* what) {
 }
 
 // Where "auto" takes the channels-in-lanes kernel (bench/conv_micro.py --kernels): output
-// positions up to which it beat the direct kernel (unit strides) and the packed one (1x1), and
-// the window depth from which it beat packing columns for strided convolutions.
+// positions up to which it beat the direct kernel (unit strides) and the packed one (1x1), the
+// window depth from which it beat the direct kernel on larger maps too (light_inception_v1's
+// 3x3 64->192 on 55 x 55: lanes 6.13, direct 6.35 ms; light_squeezenet's 3x3 16->64 there, a
+// depth of 144: a tie), and the depth from which it beat packing columns for strided ones.
 constexpr int64_t LANES_MAX_POSITIONS = 1024;
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
+constexpr int64_t LANES_MIN_DEPTH_UNIT = 256;
 constexpr int64_t LANES_MIN_DEPTH = 64;
 // Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
 // stream kernel) instead of packing them: with more, the packed panel serves enough channel
@@ -688,14 +691,15 @@ private:
                                    "'; expected auto, direct, lanes, packed or stream")
                                       .c_str());
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
-        // --kernels): channels in lanes where the maps are small or the strides large enough
-        // to make packing dear, the direct kernel for large maps with unit strides, x's own
+        // --kernels): channels in lanes where the maps are small or the windows deep, the
+        // direct kernel for shallow windows on large maps with unit strides, x's own
         // planes for plain 1x1 kernels on large maps with few output channels (stream), and
         // packed columns for the other 1x1 kernels and for very shallow strided windows.
         const int64_t positions = s.oh * s.ow, depth = s.c * s.kh * s.kw;
         if (lanes_ok) {
             if (one ? positions <= LANES_MAX_POSITIONS_1X1
-                    : (unit ? positions <= LANES_MAX_POSITIONS : depth >= LANES_MIN_DEPTH))
+                    : unit ? positions <= LANES_MAX_POSITIONS || depth >= LANES_MIN_DEPTH_UNIT
+                           : depth >= LANES_MIN_DEPTH)
                 return LANES;
         }
         if (unit && !one) return DIRECT;
