@@ -198,6 +198,47 @@ MODELS = {
 }
 
 
+def _fire_model(c=24, squeeze=8, expand=16, size=19):
+    """SqueezeNet's fire module on a batch of one: the expand convolutions write their outputs
+    straight into the Concat's (an assembled step)."""
+    rng = np.random.default_rng(5)
+    weights = {
+        "ws": (squeeze, c, 1), "we1": (expand, squeeze, 1), "we3": (expand, squeeze, 3),
+    }  # fmt: skip
+    inits = [
+        init(n, (rng.standard_normal((m, ci, k, k)) * 0.3).astype(F32))
+        for n, (m, ci, k) in weights.items()
+    ]
+    inits += [init(f"b{n}", rng.standard_normal(m).astype(F32)) for n, (m, _, _) in weights.items()]
+    conv = lambda w, src, out, k: helper.make_node(
+        "Conv", [src, w, f"b{w}"], [out], pads=[k // 2] * 4
+    )
+    nodes = [
+        conv("ws", "x", "s", 1), helper.make_node("Relu", ["s"], ["sr"]),
+        conv("we1", "sr", "e1", 1), helper.make_node("Relu", ["e1"], ["e1r"]),
+        conv("we3", "sr", "e3", 3), helper.make_node("Relu", ["e3"], ["e3r"]),
+        helper.make_node("Concat", ["e1r", "e3r"], ["y"], axis=1),
+    ]  # fmt: skip
+    model = make_model(nodes, [tensor("x", shape=[1, c, size, size])], [tensor("y")], inits)
+    x = np.random.default_rng(8).standard_normal((1, c, size, size)).astype(F32)
+    return model, {"x": x}
+
+
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
+def test_fire_module_assembled_from_native_convolutions(path):
+    path_or_skip(path)
+    model, feed = _fire_model()
+    want = graphrt.Session(model, kernel_path="numpy").run(None, feed)[0]
+    got = []
+    for threads in (1, 2):
+        sess = graphrt.Session(model, kernel_path=path, intra_op_threads=threads, debug=True)
+        plan = sess.plan_for([feed["x"]])
+        assert [s.kind for s in plan.steps if s.node.info.op_type == "Concat"] == ["assembled"]
+        got.append(sess.run(None, feed)[0])
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(bits(got[1]), bits(got[0]))
+
+
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("path", ["avx2", "avx512"])
 def test_sessions_fused_and_threaded(path, name, monkeypatch):

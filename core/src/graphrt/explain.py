@@ -122,7 +122,9 @@ def plan_report(plan: ExecutionPlan) -> dict[str, Any]:
             label, role = f"<scratch {k} of step {i}>", "scratch"
         else:
             label = names[v]
-            if root != v:
+            if v in mem.parts:
+                role = "part"
+            elif root != v:
                 role = "view"
             elif v in input_ids:
                 role = "input"
@@ -135,9 +137,10 @@ def plan_report(plan: ExecutionPlan) -> dict[str, Any]:
                 "name": label,
                 "role": role,
                 "offset": off,
-                "size": mem.sizes.get(root, 0),
+                "size": mem.sizes.get(v if v in mem.parts else root, 0),
                 "live": list(mem.live.get(v, (0, 0))),
-                "view_of": names[root] if root != v and root < len(names) else None,
+                "view_of": names[root] if role == "view" and root < len(names) else None,
+                "part_of": names[root] if role == "part" else None,
             }
         )
     slab_values.sort(key=lambda e: (e["offset"], e["live"][0]))
@@ -225,7 +228,9 @@ def explain(plan: ExecutionPlan) -> str:
     if slab["values"]:
         rows = [["offset", "size", "value", "role", "live"]]
         for v in slab["values"]:
-            role = f"view of {v['view_of']}" if v["view_of"] else v["role"]
+            role = v["role"]
+            if v["view_of"] or v["part_of"]:
+                role = f"{role} of {v['view_of'] or v['part_of']}"
             live = f"{v['live'][0]}..{v['live'][1]}"
             rows.append([str(v["offset"]), str(v["size"]), v["name"], role, live])
         lines += _table(rows)

@@ -111,6 +111,18 @@ class OpKernel:
         """
         return functools.partial(self.run, ctx, inputs, outputs)
 
+    def assembled_offsets(
+        self, input_shapes: Sequence[tuple[int, ...]], output_shape: tuple[int, ...]
+    ) -> list[int] | None:
+        """Where each input's elements lie in output 0, when output 0 is nothing but the inputs
+        laid end to end, unchanged and in order (a Concat with only unit dimensions before its
+        axis): their element offsets.  None, the default, otherwise.
+
+        Called by the planner with the step's static shapes.  Offsets let it place every input
+        inside output 0's storage, so each producer writes its part in place, and skip the step.
+        """
+        return None
+
     # -- helpers for kernels -------------------------------------------------------------
     def fail(self, message: str, kind: str = "invalid_model") -> SessionError:
         return SessionError(kind, f"{self.node.label}: {message}", node=self.node.name)

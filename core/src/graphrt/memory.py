@@ -10,6 +10,9 @@ Every static intermediate of a plan lives in one 64-byte-aligned slab at an offs
 3. In place: when the kernel allows it, the input dies at this step, is the only value using its
    block, and the block is large enough, the output takes over the input's block.
 4. A view shares its source's block.  Freed blocks are coalesced.
+5. Parts: a value declared part of a container (a Concat's input inside its output) is placed
+   at its offset inside the container's block, which is allocated when the first part is made
+   and lives until the container's (or any part's) last use.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ class MemStep:
     ``defs`` maps each value the step creates to its size in bytes; ``uses`` are values it reads;
     ``in_place`` is (output, input) when the kernel may write output over input; ``views`` maps
     an output to the value it is a view of (no storage of its own); ``scratch`` maps temporaries
-    (live only during the step) to sizes.
+    (live only during the step) to sizes; ``parts`` maps values made by earlier steps to
+    (a value this step defines, byte offset): each is stored inside that container from the
+    step that makes it on (no storage of its own).
     """
 
     defs: dict[int, int]
@@ -42,6 +47,7 @@ class MemStep:
     in_place: tuple[int, int] | None = None
     views: dict[int, int] = dataclasses.field(default_factory=dict)
     scratch: dict[int, int] = dataclasses.field(default_factory=dict)
+    parts: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -54,6 +60,7 @@ class MemoryPlan:
     in_place: list[tuple[int, int]]  # (output, input) pairs that share a block
     freed_after: list[list[tuple[int, int]]]  # per step: (offset, size) blocks freed after it
     total_bytes: int  # the sum of every value's size: what a slab without reuse would need
+    parts: dict[int, int] = dataclasses.field(default_factory=dict)  # part -> its container
 
 
 class _FreeList:
@@ -126,6 +133,14 @@ def plan_memory(
             first[v] = i
         for v, sz in st.scratch.items():
             root[v], sizes[v], first[v] = v, sz, i
+    part_of = {v: where for st in steps for v, where in st.parts.items()}
+    for v, (container, _) in part_of.items():  # the container exists from its first part on
+        root[v] = container
+        first[container] = min(first[container], first[v])
+    for v, r in root.items():  # a view of a part: its storage belongs to the container too
+        while root[r] != r:
+            r = root[r]
+        root[v] = r
 
     # last use per storage owner: a view's reads count for its source
     last: dict[int, int] = {}
@@ -169,6 +184,14 @@ def plan_memory(
         dying = sorted({root[v] for v in st.uses if v in root and last.get(root[v]) == i})
         taken: set[int] = set()
         for v in st.defs:
+            if v in part_of:
+                container, at = part_of[v]
+                if container not in block_of:
+                    allocate(container)
+                offsets[v] = offsets[container] + at
+                continue
+            if v in block_of:  # a container, allocated with its first part
+                continue
             if st.in_place and st.in_place[0] == v:
                 src = root.get(st.in_place[1])
                 if (
@@ -187,8 +210,8 @@ def plan_memory(
             allocate(v)
         for v in st.scratch:
             allocate(v)
-        for v in st.views:
-            offsets[v] = offsets.get(root[v], -1)
+        for v, src in st.views.items():
+            offsets[v] = offsets.get(src, -1)
         # free scratch, dying inputs and values nobody reads (defined and dead at this step)
         released = [v for v in st.scratch]
         released += [r for r in dying if r not in taken]
@@ -208,5 +231,6 @@ def plan_memory(
         live=live,
         in_place=in_place_pairs,
         freed_after=freed_after,
-        total_bytes=sum(aligned(s) for s in sizes.values()),
+        total_bytes=sum(aligned(s) for v, s in sizes.items() if v not in part_of),
+        parts={v: container for v, (container, _) in part_of.items()},
     )

@@ -23,19 +23,29 @@ from graphrt.errors import SessionError
 from graphrt.kernel import InferContext, NeedsRunTimeValues, evaluate_node
 from graphrt.memory import MemoryPlan, MemStep, plan_memory
 
-__all__ = ["CONST_EVAL_LIMIT", "MAX_SLAB", "ExecutionPlan", "Step", "build_plan"]
+__all__ = [
+    "ASSEMBLED",
+    "CONST_EVAL_LIMIT",
+    "MAX_SLAB",
+    "ExecutionPlan",
+    "Step",
+    "build_plan",
+]
 
 CONST_EVAL_LIMIT = 64 * 1024
 MAX_SLAB = 2 * 1024**3
 MAX_IDLE_STATES = 8
 
 STATIC, VIEW, DYNAMIC = "static", "view", "dynamic"
+#: A step whose output is its inputs laid end to end, each written there by its producer: it
+#: has nothing left to do at run time (OpKernel.assembled_offsets).
+ASSEMBLED = "assembled"
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
     node: CNode
-    kind: str  # static, view or dynamic
+    kind: str  # static, view, dynamic or assembled
     prepared: Any = None
     scratch: tuple[tuple[np.dtype, tuple[int, ...]], ...] = ()
     scratch_ids: tuple[int, ...] = ()  # ids in the memory plan (beyond value ids)
@@ -274,11 +284,23 @@ def _plan_memory(
     """Lay out static values: input staging areas, step outputs, views and scratch."""
     in_slab = lambda v: v >= 0 and v not in constants and v not in dynamic
     preplaced = {v: types[v].nbytes for v in graph.input_ids if in_slab(v)}
+    keep = [v for v in graph.output_ids if in_slab(v)]
+    if keep_all:
+        keep = [v for v in range(len(graph.names)) if in_slab(v)]
+    assembled = _assembled_steps(steps, types, in_slab, set(keep) | set(preplaced))
+    parts = {v for by_input in assembled.values() for v in by_input}
     next_id = len(graph.names)
     mem_steps: list[MemStep] = []
     new_steps: list[Step] = []
-    for st in steps:
+    for index, st in enumerate(steps):
         node = st.node
+        if index in assembled:
+            out = node.outputs[0]
+            placed = {v: (out, at) for v, at in assembled[index].items()}
+            uses = tuple(v for v in node.inputs if in_slab(v))
+            mem_steps.append(MemStep(defs={out: types[out].nbytes}, uses=uses, parts=placed))
+            new_steps.append(dataclasses.replace(st, kind=ASSEMBLED))
+            continue
         uses = tuple(v for v in node.inputs if in_slab(v))
         if st.kind == DYNAMIC:
             mem_steps.append(MemStep(defs={}, uses=uses))
@@ -299,7 +321,7 @@ def _plan_memory(
             # same type and size, and read through one input only: a kernel may then treat
             # output and input as one array without re-reading the input after writing
             if in_slab(src) and types[src] == types[out] and node.inputs.count(src) == 1:
-                in_place = (out, src)
+                in_place = None if out in parts else (out, src)
         scratch_ids = []
         scratch = {}
         for dt, shape in st.scratch:
@@ -308,10 +330,52 @@ def _plan_memory(
             next_id += 1
         mem_steps.append(MemStep(defs=defs, uses=uses, in_place=in_place, scratch=scratch))
         new_steps.append(dataclasses.replace(st, scratch_ids=tuple(scratch_ids)))
-    keep = [v for v in graph.output_ids if in_slab(v)]
-    if keep_all:
-        keep = [v for v in range(len(graph.names)) if in_slab(v)]
     return plan_memory(mem_steps, preplaced=preplaced, keep=keep), new_steps
+
+
+def _assembled_steps(
+    steps: list[Step], types: dict[int, ValueType], in_slab: Any, fixed: set[int]
+) -> dict[int, dict[int, int]]:
+    """Steps whose output can be assembled in place: step index -> {input: byte offset}.
+
+    Every input must be made by an earlier static step (not a graph input, constant, view or
+    graph output: ``fixed``), be read through no view, appear once, and belong to no other
+    assembly; an assembled output is not itself placed in another one.
+    """
+    made_by: dict[int, int] = {}
+    viewed: set[int] = set()
+    for i, st in enumerate(steps):
+        if st.kind == STATIC:
+            made_by.update((o, i) for o in st.node.outputs if o >= 0)
+        elif st.kind == VIEW:
+            viewed.add(st.node.inputs[0])
+    found: dict[int, dict[int, int]] = {}
+    taken: set[int] = set()
+    for i, st in enumerate(steps):
+        node = st.node
+        if st.kind != STATIC or len(node.outputs) != 1 or not in_slab(node.outputs[0]):
+            continue
+        out, ins = node.outputs[0], node.inputs
+        if out in taken or not ins or any(v < 0 or not in_slab(v) for v in ins):
+            continue
+        offsets = node.kernel.assembled_offsets([types[v].shape for v in ins], types[out].shape)
+        if offsets is None:
+            continue
+        ok = all(
+            made_by.get(v, i) < i
+            and v not in viewed
+            and v not in fixed
+            and v not in taken  # a part already, or an assembled output
+            and ins.count(v) == 1
+            and types[v].dtype == types[out].dtype
+            for v in ins
+        )
+        if ok:
+            size = types[out].dtype.itemsize
+            found[i] = {v: at * size for v, at in zip(ins, offsets)}
+            taken.update(ins)
+            taken.add(out)
+    return found
 
 
 def describe_type(t: ValueType | None) -> str:

@@ -8,6 +8,7 @@ step is one ``np.copyto`` call.  Pure data movement: exact in both modes.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +65,19 @@ class Concat(OpKernel):
         axis, used = ctx.prepared
         parts = tuple(inputs[i] for i in used)
         return functools.partial(np.concatenate, parts, axis=axis, out=outputs[0])
+
+    def assembled_offsets(
+        self, input_shapes: Sequence[tuple[int, ...]], output_shape: tuple[int, ...]
+    ) -> list[int] | None:
+        """With only unit dimensions before the axis (a batch of one, channels), each input is
+        one contiguous run of the output; empty inputs are left to the kernel."""
+        axis = self.axis + len(output_shape) if self.axis < 0 else self.axis
+        if not 0 <= axis < len(output_shape) or math.prod(output_shape[:axis]) != 1:
+            return None
+        sizes = [math.prod(s) for s in input_shapes]
+        if 0 in sizes or sum(sizes) != math.prod(output_shape):
+            return None
+        return [sum(sizes[:i]) for i in range(len(sizes))]
 
 
 class Transpose(OpKernel):
