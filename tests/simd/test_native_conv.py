@@ -68,10 +68,11 @@ def geometries(draw):
         seed=draw(st.integers(0, 2**31)),
         bias=draw(st.booleans()),
         act=draw(st.sampled_from(["none", "relu"])),
+        residual=draw(st.booleans()),  # z, summed before the activation
     )
 
 
-def _run(isa, g, x, w, b, split, kernel="auto"):
+def _run(isa, g, x, w, b, split, kernel="auto", z=None):
     plan = simd.conv_plan(
         w, g["group"], list(x.shape), g["strides"], g["dilations"], g["pads"], g["out"], isa,
         kernel,
@@ -81,9 +82,9 @@ def _run(isa, g, x, w, b, split, kernel="auto"):
     plan.stage(x, work, 2 if split else 1)  # staging blocks spread over two threads, or not
     if split:
         for u in reversed(range(plan.units)):
-            plan.run(x, work, y, b, g["act"], u, u + 1)
+            plan.run(x, work, y, b, g["act"], u, u + 1, 1, z)
     else:
-        plan.run(x, work, y, b, g["act"])
+        plan.run(x, work, y, b, g["act"], z=z)
     return y
 
 
@@ -107,13 +108,17 @@ def test_values_and_split_independence(isa, g):
     w = rng.standard_normal(g["w_shape"]).astype(F32)
     b = rng.standard_normal(g["w_shape"][0]).astype(F32) if g["bias"] else None
     want = reference(x, w, b, g["group"], g["strides"], g["dilations"], g["pads"], g["out"])
+    z = None
+    if g["residual"]:
+        z = rng.standard_normal(want.shape).astype(F32)
+        want = want + z
     if g["act"] == "relu":
         want = np.maximum(want, 0)
     depth = g["w_shape"][1] * g["w_shape"][2] * g["w_shape"][3]
     for kernel in kernels_for(isa, g):
-        whole = _run(isa, g, x, w, b, split=False, kernel=kernel)
+        whole = _run(isa, g, x, w, b, split=False, kernel=kernel, z=z)
         np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * depth, err_msg=kernel)
-        split = _run(isa, g, x, w, b, split=True, kernel=kernel)
+        split = _run(isa, g, x, w, b, split=True, kernel=kernel, z=z)
         np.testing.assert_array_equal(bits(split), bits(whole), err_msg=kernel)
 
 
@@ -133,14 +138,15 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
     b = rng.standard_normal(m).astype(F32)
     g = dict(group=group, strides=(1, 1), dilations=(1, 1), pads=(0, 0), out=(h, w),
              act="relu")  # fmt: skip
-    want = np.maximum(reference(x, wt, b, group, (1, 1), (1, 1), (0, 0), (h, w)), 0)
-    whole = _run(isa, g, x, wt, b, split=False, kernel="stream")
+    z = rng.standard_normal((n, m, h, w)).astype(F32)  # a residual, summed before the Relu
+    want = np.maximum(reference(x, wt, b, group, (1, 1), (1, 1), (0, 0), (h, w)) + z, 0)
+    whole = _run(isa, g, x, wt, b, split=False, kernel="stream", z=z)
     np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-4)
-    split = _run(isa, g, x, wt, b, split=True, kernel="stream")
+    split = _run(isa, g, x, wt, b, split=True, kernel="stream", z=z)
     np.testing.assert_array_equal(bits(split), bits(whole))
     wider = np.zeros((n, c, h, w + 3), F32)
     wider[..., :w] = x
-    rows_apart = _run(isa, g, wider[..., :w], wt, b, split=False, kernel="stream")
+    rows_apart = _run(isa, g, wider[..., :w], wt, b, split=False, kernel="stream", z=z)
     np.testing.assert_allclose(rows_apart, want, rtol=1e-5, atol=1e-4)
 
 
@@ -353,13 +359,16 @@ def test_refusals():
         (dict(activation="sigmoid"), ValueError, "'none' or 'relu'"),
         (dict(u1=plan.units + 1), ValueError, "unit range"),
         (dict(x=np.ones((1, 4, 6, 6), np.float64)), TypeError, "float32"),
+        (dict(z=np.ones((1, 8, 6, 5), F32)), ValueError, "z must have shape"),
+        (dict(z=np.ones((1, 6, 8, 6), F32).transpose(0, 2, 1, 3)), ValueError, "y's strides"),
+        (dict(z=y), ValueError, "overlap"),
     ]
-    base = dict(x=x, work=work, y=y, bias=None, activation="none", u0=0, u1=-1)
+    base = dict(x=x, work=work, y=y, bias=None, activation="none", u0=0, u1=-1, z=None)
     for change, kind, message in runs:
         args = {**base, **change}
         with pytest.raises(kind, match=message):
             plan.run(args["x"], args["work"], args["y"], args["bias"], args["activation"],
-                     args["u0"], args["u1"])  # fmt: skip
+                     args["u0"], args["u1"], 1, args["z"])  # fmt: skip
     shared = np.ones(1 * 8 * 6 * 6, F32)
     with pytest.raises(ValueError, match="overlap"):
         plan.run(shared[: 4 * 36].reshape(1, 4, 6, 6), work, shared.reshape(1, 8, 6, 6), None,

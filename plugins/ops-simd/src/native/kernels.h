@@ -91,13 +91,15 @@ struct IsaKernels {
     // w (m x k, row-major) packed for conv_fast: ceil(m / cmr) * cmr * k floats.
     void (*conv_pack_w)(int64_t m, int64_t k, const float* w, float* dst);
     // Output channels [m0, m1) (m0 a multiple of cmr) and positions [j0, j1) (at most
-    // CONV_NCB of them) of one image and group: y = act(w @ columns(x) + bias), bias per
-    // channel or null, act ACT_NONE or ACT_RELU; x has unit column stride, y rows (channels)
-    // have stride ldy and hold the positions contiguously; block is CONV_KC * CONV_NCB floats.
+    // CONV_NCB of them) of one image and group: y = act((w @ columns(x) + bias) + z), bias per
+    // channel or null, z laid out as y or null (a residual sum), act ACT_NONE or ACT_RELU; x
+    // has unit column stride, y rows (channels) have stride ldy and hold the positions
+    // contiguously; block is CONV_KC * CONV_NCB floats.  conv_direct and conv_lanes take z the
+    // same way.
     void (*conv_fast)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                       std::ptrdiff_t x_rs, const float* wpacked, int64_t m0, int64_t m1,
-                      int64_t j0, int64_t j1, float* y, std::ptrdiff_t ldy, const float* bias,
-                      int act, float* block);
+                      int64_t j0, int64_t j1, float* y, const float* z, std::ptrdiff_t ldy,
+                      const float* bias, int act, float* block);
     // The staged planes of one image and group (DirectShape) from x (unit column stride).
     void (*conv_stage)(const DirectShape& d, const float* x, std::ptrdiff_t x_cs,
                        std::ptrdiff_t x_rs, float* dst);
@@ -106,7 +108,8 @@ struct IsaKernels {
     // tap row kk read at staged + offs[kk] + q.
     void (*conv_direct)(const DirectShape& d, const float* staged, const int64_t* offs,
                         const float* wpacked, int64_t m0, int64_t m1, int64_t q0, int64_t q1,
-                        float* y, std::ptrdiff_t ldy, const float* bias, int act);
+                        float* y, const float* z, std::ptrdiff_t ldy, const float* bias,
+                        int act);
     // Whether conv_lanes runs on this ISA (its channel tile is one vector).
     bool conv_lanes_ok;
     // Output channels [m0, m1) (m0 a multiple of cmr) and position tiles [t0, t1) (LanesTiling;
@@ -114,7 +117,7 @@ struct IsaKernels {
     // position, taps broadcast from staged + offs[kk] + each position's offset.
     void (*conv_lanes)(const ConvShape& s, const DirectShape& d, const float* staged,
                        const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
-                       int64_t t0, int64_t t1, float* y, std::ptrdiff_t ldy,
+                       int64_t t0, int64_t t1, float* y, const float* z, std::ptrdiff_t ldy,
                        const float* bias, int act);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the

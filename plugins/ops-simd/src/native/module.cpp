@@ -512,7 +512,8 @@ public:
     }
 
     void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
-             const std::string& activation, int64_t u0, int64_t u1, int threads) {
+             const std::string& activation, int64_t u0, int64_t u1, int threads,
+             std::optional<InArray> z) {
         const ConvShape& s = shape_;
         check_x(x);
         check_work(work);
@@ -539,6 +540,19 @@ public:
             if (m_ > 1 && bias->stride(0) != 1) throw nb::value_error("bias must be contiguous");
             check_no_overlap(y, *bias, "bias");
             pb = static_cast<const float*>(bias->data());
+        }
+        const float* pz = nullptr;
+        if (z) {  // the residual: laid out exactly as y
+            check_matrix(*z, "z", 4);
+            if (shape_of(*z) != want_y)
+                throw nb::value_error(("z must have shape " + dims(want_y) + ", got " +
+                                       dims(shape_of(*z)))
+                                          .c_str());
+            for (size_t d = 0; d < 4; ++d)
+                if (want_y[d] > 1 && z->stride(d) != y.stride(d))
+                    throw nb::value_error("z must have y's strides");
+            check_no_overlap(y, *z, "z");
+            pz = static_cast<const float*>(z->data());
         }
         if (u1 == -1) u1 = units();
         if (u0 < 0 || u0 > u1 || u1 > units())
@@ -580,17 +594,18 @@ public:
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
             const float* bg = pb ? pb + g * mg_ : nullptr;
+            const float* zg = pz ? pz + img * ys0 + g * mg_ * ys1 : nullptr;
             if (mode_ == DIRECT) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, ys1, bg,
-                                  act);
+                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, zg, ys1,
+                                  bg, act);
                 return;
             }
             if (mode_ == LANES) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_lanes(s, d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                 m1, p0, p1, yg, ys1, bg,
+                                 m1, p0, p1, yg, zg, ys1, bg,
                                  act);
                 return;
             }
@@ -601,13 +616,14 @@ public:
                 const int64_t whole = std::min(p1 * cnr, positions / cnr * cnr);
                 if (j_from < whole)
                     isa_->conv_direct(direct_shape_, xg, offs_.data(), wg, m0, m1, j_from,
-                                      whole, yg, ys1, bg, act);
+                                      whole, yg, zg, ys1, bg, act);
                 j_from = std::max(j_from, whole);
                 if (j_from < std::min(p1 * cnr, positions)) block = conv_block();
             }
             for (int64_t j0 = j_from; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
                 const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
-                isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, ys1, bg, act,
+                isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, zg, ys1, bg,
+                                act,
                                 block);
             }
         });
@@ -915,10 +931,11 @@ NB_MODULE(_native, m) {
              "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
              nb::arg("bias").none(), nb::arg("activation"), nb::arg("unit_begin") = 0,
-             nb::arg("unit_end") = -1, nb::arg("threads") = 1,
-             "y = act(conv(x) + bias) for units [unit_begin, unit_end) (activation none or "
-             "relu), over `threads` threads of the plugin's pool; units are independent "
-             "outputs, so any split and thread count give the same bits.");
+             nb::arg("unit_end") = -1, nb::arg("threads") = 1, nb::arg("z").none() = nb::none(),
+             "y = act((conv(x) + bias) + z) for units [unit_begin, unit_end) (activation none "
+             "or relu; z, a residual laid out as y, optional), over `threads` threads of the "
+             "plugin's pool; units are independent outputs, so any split and thread count give "
+             "the same bits.");
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
