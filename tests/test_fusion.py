@@ -167,6 +167,45 @@ def test_exact_conv_relu_fuses_with_the_bits_of_the_exact_nodes(bias):
     assert np.isnan(got).any() and not np.signbit(got[got == 0]).any()
 
 
+def _residual_model(z_first: bool, act: str | None, bias: bool = True, batch: int = 2, z_batch=2):
+    """Conv(x) + Neg(s) (a tensor, not a constant: a residual connection), then ``act``."""
+    inits = [init("w", rand_w(6, 3, 3, 3))] + ([init("b", rand_w(6))] if bias else [])
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"][: 3 if bias else 2], ["c"], pads=[1] * 4),
+        helper.make_node("Neg", ["s"], ["z"]),
+        helper.make_node("Add", ["z", "c"] if z_first else ["c", "z"], ["y"]),
+    ]
+    if act is not None:
+        nodes[-1].output[0] = "a"
+        nodes.append(helper.make_node(act, ["a"], ["y"]))
+    inputs = [tensor("x", shape=[batch, 3, 9, 9]), tensor("s", shape=[z_batch, 6, 9, 9])]
+    feed = {"x": rand_x(batch, 3, 9, 9), "s": rand_x(z_batch, 6, 9, 9)}
+    return make_model(nodes, inputs, [tensor("y")], inits), feed
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+@pytest.mark.parametrize("act", ["Relu", None, "Sigmoid"])
+@pytest.mark.parametrize("z_first", [False, True])
+def test_a_residual_add_fuses_into_the_conv_with_the_same_bits(z_first, act, mode):
+    if mode == "exact" and act == "Sigmoid":
+        pytest.skip("a fused Sigmoid is not exact (docs/exact-mode.md)")
+    model, feed = _residual_model(z_first, act, bias=act != "Sigmoid")
+    feed["s"][1, 2, 3, 3] = np.array(0xFFC12345, np.uint32).view(np.float32)  # a NaN payload
+    fused, got, want = fused_and_plain(model, feed, mode=mode)
+    assert op_list(fused) == ["Neg", "com.graphrt.FusedConv"]
+    node = fused.graph.nodes[1].info
+    assert len(node.inputs) == 4 and node.attrs.get("z_first", 0) == int(z_first)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_a_residual_that_broadcasts_the_conv_to_a_larger_shape():
+    """Z of batch 3 over a conv of batch 1: the fused node's Y is the Add's (3, 6, 9, 9)."""
+    model, feed = _residual_model(False, "Relu", batch=1, z_batch=3)
+    fused, got, want = fused_and_plain(model, feed)
+    assert op_list(fused) == ["Neg", "com.graphrt.FusedConv"] and got.shape == (3, 6, 9, 9)
+    assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize(("op", "with_bias"), [("MatMul", True), ("Gemm", True), ("Gemm", False)])
 def test_exact_mode_runs_the_bit_preserving_fusion_with_exact_bits(op, with_bias):
     x = rand_x(4, 7)

@@ -230,6 +230,33 @@ def _fire_model(c=24, squeeze=8, expand=16, size=19):
     return model, {"x": x}
 
 
+@pytest.mark.parametrize("z_first", [False, True])
+@pytest.mark.parametrize("k, size", [(3, 14), (1, 30), (3, 40)])  # lanes, stream, direct
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
+def test_residual_block_fused_into_the_native_conv(path, k, size, z_first):
+    """Conv -> Add(shortcut) -> Relu as one FusedConv whose kernel sums Z in registers: the
+    bits of the unfused nodes on the same path (the same IEEE steps), on 1 and 2 threads."""
+    path_or_skip(path)
+    rng = np.random.default_rng(k * size)
+    inits = [
+        init("w", (rng.standard_normal((16, 16, k, k)) * 0.2).astype(F32)),
+        init("b", rng.standard_normal(16).astype(F32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4),
+        helper.make_node("Add", ["x", "c"] if z_first else ["c", "x"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[1, 16, size, size])], [tensor("y")], inits)
+    feed = {"x": rng.standard_normal((1, 16, size, size)).astype(F32)}
+    plain = graphrt.Session(model, kernel_path=path, optimization_level="none")
+    want = plain.run(None, feed)[0]
+    for threads in (1, 2):
+        fused = graphrt.Session(model, kernel_path=path, intra_op_threads=threads)
+        assert [n.info.op_type for n in fused.graph.nodes] == ["FusedConv"]
+        np.testing.assert_array_equal(bits(fused.run(None, feed)[0]), bits(want))
+
+
 @pytest.mark.parametrize("path", ["avx2", "avx512"])
 def test_fire_module_assembled_from_native_convolutions(path):
     path_or_skip(path)

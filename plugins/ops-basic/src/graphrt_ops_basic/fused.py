@@ -69,6 +69,14 @@ class Activation:
 
 
 @dataclasses.dataclass(frozen=True)
+class Residual:
+    """FusedConv's Z: the other operand of the residual Add it replaced, in that Add's order."""
+
+    z_first: bool  # Add(Z, conv) rather than Add(conv, Z)
+    grown: int | None  # scratch: the product, when Z broadcasts it to a larger Y
+
+
+@dataclasses.dataclass(frozen=True)
 class Epilogue:
     """Per-plan data of the epilogue: bounds in Y's type, scratch indices."""
 
@@ -79,9 +87,16 @@ class Epilogue:
     sigmoid: tuple[int, int] | None
     gelu: GeluPlan | None
     nan_mask: int | None
+    residual: Residual | None = None
 
 
-def plan_epilogue(kernel: OpKernel, ctx: InferContext, act: Activation, bias: bool) -> Epilogue:
+def plan_epilogue(
+    kernel: OpKernel,
+    ctx: InferContext,
+    act: Activation,
+    bias: bool,
+    residual: Residual | None = None,
+) -> Epilogue:
     """Called at the end of ``infer`` (Y's type and shape are set; ``ctx.prepared`` is kept)."""
     dtype, shape = ctx.output_types()[0]
     if ctx.exact and act.kind not in EXACT_ACTIVATIONS:
@@ -99,16 +114,23 @@ def plan_epilogue(kernel: OpKernel, ctx: InferContext, act: Activation, bias: bo
     gelu = gelu_plan(ctx, shape, dtype, act.tanh) if act.kind == "Gelu" else None
     low = clip_bound(dtype, act.low) if act.kind == "Clip" else None
     high = clip_bound(dtype, act.high) if act.kind == "Clip" else None
-    return Epilogue(act, bias, low, high, sigmoid, gelu, nan_mask)
+    return Epilogue(act, bias, low, high, sigmoid, gelu, nan_mask, residual)
 
 
 def epilogue_calls(
-    ctx: KernelContext, e: Epilogue, y: np.ndarray, bias: np.ndarray | None = None
+    ctx: KernelContext,
+    e: Epilogue,
+    y: np.ndarray,
+    bias: np.ndarray | None = None,
+    z: np.ndarray | None = None,
 ) -> list[Callable[[], Any]]:
-    """The epilogue's numpy calls on Y, in place."""
+    """The epilogue's numpy calls on Y, in place (Z: the residual, when ``e.residual``)."""
     calls: list[Callable[[], Any]] = []
     if e.bias:
         calls.append(functools.partial(np.add, y, bias, out=y))
+    if e.residual is not None:  # the Add's own call: same operands, same order
+        pair = (z, y) if e.residual.z_first else (y, z)
+        calls.append(functools.partial(np.add, *pair, out=y))
     kind = e.act.kind
     if kind == "Relu":
         if ctx.exact:  # unary.Relu in exact mode: max, then + 0 turns -0 into +0
@@ -131,23 +153,53 @@ def epilogue_calls(
 
 
 class FusedConv(Conv):
-    """Conv (X, W, B) then the activation, in place on Y."""
+    """Conv (X, W, B), plus Z (input 3: a residual, added as the Add it replaced did, in that
+    Add's operand order: attribute ``z_first``), then the activation, in place on Y."""
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
         self.act = Activation.parse(self)
+        self.z_first = bool(node.attr("z_first", 0))
 
     def infer(self, ctx: InferContext) -> None:
         super().infer(ctx)
-        epilogue = plan_epilogue(self, ctx, self.act, bias=False)
+        residual = self._residual(ctx) if ctx.has_input(3) else None
+        epilogue = plan_epilogue(self, ctx, self.act, bias=False, residual=residual)
         ctx.prepared = dataclasses.replace(ctx.prepared, epilogue=epilogue)
+
+    def _residual(self, ctx: InferContext) -> Residual:
+        """Z's plan; a Z that broadcasts the product to a larger shape makes that Y's shape
+        (the Add's output), the product going to scratch first."""
+        dtype, shape = ctx.output_types()[0]
+        if ctx.dtype(3) != dtype:
+            raise self.fail(f"Z must be {dtype} like Y, got {ctx.dtype(3)}", "invalid_input")
+        try:
+            out = np.broadcast_shapes(tuple(shape), tuple(ctx.shape(3)))
+        except ValueError:
+            message = f"Z of shape {list(ctx.shape(3))} does not broadcast with Y {list(shape)}"
+            raise self.fail(message, "invalid_input") from None
+        grown = None
+        if out != tuple(shape):
+            grown = ctx.add_scratch(dtype, shape)
+            ctx.set_output(0, dtype, out)
+        return Residual(self.z_first, grown)
 
     def program(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
-        product = super().program(ctx, inputs, outputs)
-        tail = epilogue_calls(ctx, ctx.prepared.epilogue, outputs[0])
-        return functools.partial(call_all, [product, *tail])
+        e: Epilogue = ctx.prepared.epilogue
+        y = outputs[0]
+        z = inputs[3] if e.residual is not None else None
+        if e.residual is None or e.residual.grown is None:
+            product = super().program(ctx, inputs, outputs)
+            return functools.partial(call_all, [product, *epilogue_calls(ctx, e, y, z=z)])
+        conv = ctx.scratch[e.residual.grown]
+        product = super().program(ctx, inputs, [conv])
+        pair = (z, conv) if e.residual.z_first else (conv, z)
+        tail = epilogue_calls(ctx, dataclasses.replace(e, residual=None), y)
+        return functools.partial(
+            call_all, [product, functools.partial(np.add, *pair, out=y), *tail]
+        )
 
 
 class _FusedProduct:

@@ -10,7 +10,8 @@ kernel on every layer of light_resnet50 and light_squeezenet (bench/conv_micro.p
 plugins/ops-simd/README.md), and its units scale with the intra-op threads, where concurrent
 BLAS calls did not.
 
-The bias and a fused Relu are applied in the kernel's registers; a fused Gelu (erf form) is the
+The bias, a residual Z (FusedConv's input 3, of Y's shape) and a fused Relu are applied in the
+kernel's registers, in the unfused graph's order; a fused Gelu (erf form) is the
 native Gelu this path's Gelu operator runs, and FusedConv's other activations (Clip, Sigmoid,
 Gelu tanh) run ops-basic's own epilogue calls afterwards, so a fused node gives the bits of the
 unfused pair on the same path.  Work is split into units (image, group,
@@ -53,6 +54,7 @@ class _Plan:
     activation: str  # in the kernel: "none" or "relu"
     epilogue: Any = None  # FusedConv's numpy epilogue (Clip, Sigmoid, Gelu tanh), else None
     gelu: bool = False  # FusedConv's Gelu (erf form): the native Gelu, after the product
+    residual: bool = False  # FusedConv's Z (input 3), summed in the kernel before the activation
 
 
 class Conv(NativeKernel):
@@ -74,6 +76,7 @@ class Conv(NativeKernel):
             or len(out_shape) != 4
             or ctx.known_value(1) is None
             or out_shape[1] // plan.group < MIN_GROUP_CHANNELS
+            or (ctx.has_input(3) and ctx.shape(3) != tuple(out_shape))  # Z broadcast: numpy's
         ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out_shape)
@@ -99,22 +102,25 @@ class Conv(NativeKernel):
         elif kind not in ("", "Relu"):
             epilogue = basic_fused.plan_epilogue(self.base, ctx, self.base.act, bias=False)
         activation = "relu" if kind == "Relu" else "none"
-        ctx.prepared = _Plan(native, work, bias, activation, epilogue, gelu)
+        residual = ctx.has_input(3)
+        ctx.prepared = _Plan(native, work, bias, activation, epilogue, gelu, residual)
 
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
-        if x.ndim == 4 and x.shape[3] > 1 and x.strides[3] != 4:  # a strided view: copy it
-            return functools.partial(_with_contiguous_x, self, ctx, inputs, outputs)
+        z = inputs[3] if p.residual else None
+        strided_x = x.ndim == 4 and x.shape[3] > 1 and x.strides[3] != 4
+        if strided_x or (z is not None and not z.flags.c_contiguous):  # views: copy them
+            return functools.partial(_with_contiguous_inputs, self, ctx, inputs, outputs)
         bias = p.bias
         if bias is None and len(inputs) > 2 and inputs[2] is not None:
             bias = inputs[2]
         work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
         # the units run on the plugin's own threads (one call, no Python per unit)
         threads = getattr(ctx.pool, "threads", 1)
-        product = functools.partial(p.native.run, x, work, y, bias, p.activation, 0, -1, threads)
+        product = functools.partial(p.native.run, x, work, y, bias, p.activation, 0, -1, threads, z)
         calls = [product]
         if p.native.staged:
             calls.insert(0, functools.partial(p.native.stage, x, work, threads))
@@ -132,7 +138,9 @@ class FusedConv(GeluTailFallback, Conv):
         return self.base.act.kind
 
 
-def _with_contiguous_x(
+def _with_contiguous_inputs(
     kernel: Conv, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
 ) -> None:
-    kernel.bind_native(ctx, [np.ascontiguousarray(inputs[0]), *inputs[1:]], outputs)()
+    """X (and Z) as contiguous copies for this call: the native kernel reads them in place."""
+    copied = [np.ascontiguousarray(a) if i in (0, 3) else a for i, a in enumerate(inputs)]
+    kernel.bind_native(ctx, copied, outputs)()

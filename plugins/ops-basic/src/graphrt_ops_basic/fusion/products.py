@@ -1,14 +1,17 @@
 """Products followed by a bias and an activation, fused into one node (bit-preserving).
 
-Conv -> [Add per-channel bias] -> [activation]      => FusedConv (or a Conv taking the bias)
+Conv -> [Add per-channel bias] -> [Add Z] -> [activation]  => FusedConv (or a Conv taking the bias)
 Gemm -> [Add bias]             -> [activation]      => FusedGemm (or a Gemm taking the bias)
 MatMul -> [Add bias]           -> [activation]      => FusedMatMul
 
 with an activation among Relu, Clip (constant bounds), Sigmoid and Gelu, and at least one of
-the bracketed steps.  Every value that disappears is read by exactly one node and is no graph
-output; the weight is a float constant (its shape tells the bias's shape apart).
+the bracketed steps; Z is any tensor that is not a constant (a residual connection: ResNet's
+``Add(conv, shortcut) -> Relu``).  Every value that disappears is read by exactly one node and
+is no graph output; the weight is a float constant (its shape tells the bias's shape apart).
 
-Why the bits stay: a Conv or Gemm without a bias of its own adds the Add's constant with one
+Why the bits stay: a FusedConv adds Z with the residual Add's own call (its operands in its
+order: attribute ``z_first``) after the product and bias, before the activation, as the graph
+did.  A Conv or Gemm without a bias of its own adds the Add's constant with one
 rounded add after the product, as the Add did (the same ``np.add`` on the same values; float32
 and float64 only for Conv, whose narrower types round the product before an Add would);
 FusedMatMul adds its bias with the same call; the activation is applied in place with the
@@ -65,6 +68,14 @@ class FuseProductActivation(FusionPass):
                 old.append(reader)
                 value = reader.outputs[0]
                 reader = sole_reader(graph, value)
+        residual: dict[str, int] = {}
+        z = other_input(reader, value) if op == "Conv" and is_op(reader, "Add", 7) else None
+        if z and z != value and float_constant(graph, z) is None:
+            inputs = inputs[:3] + [""] * (3 - len(inputs)) + [z]
+            residual = {"z_first": int(reader.inputs[0] == z)}
+            old.append(reader)
+            value = reader.outputs[0]
+            reader = sole_reader(graph, value)
         act = activation_attrs(graph, reader, value)
         if act is not None:
             old.append(reader)
@@ -74,9 +85,9 @@ class FuseProductActivation(FusionPass):
         attrs = {} if op == "MatMul" else dict(product.info.attrs)
         if op == "Gemm" and old[1].op_type == "Add":
             attrs["beta"] = 1.0  # the Add's constant, added once as it was
-        if act is None and op != "MatMul":  # the bias alone: the product takes it
+        if act is None and op != "MatMul" and not residual:  # the bias alone: the product takes it
             return old, rewired(product, inputs, outputs, attrs)
-        return fusion(ctx, product, FUSED[op], inputs, old, {**attrs, **(act or {})})
+        return fusion(ctx, product, FUSED[op], inputs, old, {**attrs, **(act or {}), **residual})
 
     def _bias(
         self, graph: PassGraph, product: PassNode, weight: np.ndarray, add: PassNode
