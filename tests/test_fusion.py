@@ -167,13 +167,15 @@ def test_exact_conv_relu_fuses_with_the_bits_of_the_exact_nodes(bias):
     assert np.isnan(got).any() and not np.signbit(got[got == 0]).any()
 
 
-def _residual_model(z_first: bool, act: str | None, bias: bool = True, batch: int = 2, z_batch=2):
+def _residual_model(
+    z_first: bool, act: str | None, bias: bool = True, batch: int = 2, z_batch=2, op="Add"
+):
     """Conv(x) + Neg(s) (a tensor, not a constant: a residual connection), then ``act``."""
     inits = [init("w", rand_w(6, 3, 3, 3))] + ([init("b", rand_w(6))] if bias else [])
     nodes = [
         helper.make_node("Conv", ["x", "w", "b"][: 3 if bias else 2], ["c"], pads=[1] * 4),
         helper.make_node("Neg", ["s"], ["z"]),
-        helper.make_node("Add", ["z", "c"] if z_first else ["c", "z"], ["y"]),
+        helper.make_node(op, ["z", "c"] if z_first else ["c", "z"], ["y"]),
     ]
     if act is not None:
         nodes[-1].output[0] = "a"
@@ -184,12 +186,13 @@ def _residual_model(z_first: bool, act: str | None, bias: bool = True, batch: in
 
 
 @pytest.mark.parametrize("mode", ["fast", "exact"])
-@pytest.mark.parametrize("act", ["Relu", None, "Sigmoid"])
+@pytest.mark.parametrize("act, op", [("Relu", "Add"), (None, "Add"), ("Sigmoid", "Add"),
+                                     ("Relu", "Sum")])  # fmt: skip
 @pytest.mark.parametrize("z_first", [False, True])
-def test_a_residual_add_fuses_into_the_conv_with_the_same_bits(z_first, act, mode):
+def test_a_residual_add_fuses_into_the_conv_with_the_same_bits(z_first, act, op, mode):
     if mode == "exact" and act == "Sigmoid":
         pytest.skip("a fused Sigmoid is not exact (docs/exact-mode.md)")
-    model, feed = _residual_model(z_first, act, bias=act != "Sigmoid")
+    model, feed = _residual_model(z_first, act, bias=act != "Sigmoid", op=op)
     feed["s"][1, 2, 3, 3] = np.array(0xFFC12345, np.uint32).view(np.float32)  # a NaN payload
     fused, got, want = fused_and_plain(model, feed, mode=mode)
     assert op_list(fused) == ["Neg", "com.graphrt.FusedConv"]

@@ -1,13 +1,14 @@
 """Products followed by a bias and an activation, fused into one node (bit-preserving).
 
-Conv -> [Add per-channel bias] -> [Add Z] -> [activation]  => FusedConv (or a Conv taking the bias)
+Conv -> [Add per-channel bias] -> [Add Z] -> [activation] => FusedConv (or a Conv with the bias)
 Gemm -> [Add bias]             -> [activation]      => FusedGemm (or a Gemm taking the bias)
 MatMul -> [Add bias]           -> [activation]      => FusedMatMul
 
 with an activation among Relu, Clip (constant bounds), Sigmoid and Gelu, and at least one of
-the bracketed steps; Z is any tensor that is not a constant (a residual connection: ResNet's
-``Add(conv, shortcut) -> Relu``).  Every value that disappears is read by exactly one node and
-is no graph output; the weight is a float constant (its shape tells the bias's shape apart).
+the bracketed steps; Z is any tensor that is not a constant, added by an Add or a Sum of two
+inputs (a residual connection: ResNet's ``Sum(conv, shortcut) -> Relu``).  Every value that
+disappears is read by exactly one node and is no graph output; the weight is a float constant
+(its shape tells the bias's shape apart).
 
 Why the bits stay: a FusedConv adds Z with the residual Add's own call (its operands in its
 order: attribute ``z_first``) after the product and bias, before the activation, as the graph
@@ -69,7 +70,8 @@ class FuseProductActivation(FusionPass):
                 value = reader.outputs[0]
                 reader = sole_reader(graph, value)
         residual: dict[str, int] = {}
-        z = other_input(reader, value) if op == "Conv" and is_op(reader, "Add", 7) else None
+        summed = is_op(reader, "Add", 7) or (is_op(reader, "Sum", 6) and len(reader.inputs) == 2)
+        z = other_input(reader, value) if op == "Conv" and summed else None
         if z and z != value and float_constant(graph, z) is None:
             inputs = inputs[:3] + [""] * (3 - len(inputs)) + [z]
             residual = {"z_first": int(reader.inputs[0] == z)}
