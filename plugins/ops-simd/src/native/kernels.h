@@ -52,17 +52,18 @@ struct DirectShape {
     int64_t staged;
 };
 
-// Position tiles of the channels-in-lanes conv kernel.  Rows wider than crt / 2 are cut into
-// equal pieces of at most crt positions (a 27-wide row: 14 + 13), whose positions lie at one
-// stride from the first: per_row tiles a row, width positions each.  Narrower rows (7 x 7
-// maps) run crt positions in a row over row ends, each at its own base (per_row = 0), which
-// measured faster than tiles of one or two whole rows.
+// Position tiles of the channels-in-lanes conv kernel: one output row in equal pieces of at
+// most crt positions (a 27-wide row: 14 + 13), whose positions lie at one stride from the
+// first: per_row tiles a row, width positions each.  Narrow rows (at most crt / 2: 7 x 7 maps)
+// are one tile each, run with two vectors of channels at a time (14 accumulators).
 struct LanesTiling {
+    bool narrow;
     int64_t per_row, width, tiles;
     LanesTiling(int64_t oh, int64_t ow, int64_t crt)
-        : per_row(2 * ow <= crt ? 0 : (ow + crt - 1) / crt),
-          width(per_row ? (ow + per_row - 1) / per_row : crt),
-          tiles(per_row ? oh * per_row : (oh * ow + crt - 1) / crt) {}
+        : narrow(2 * ow <= crt),
+          per_row((ow + crt - 1) / crt),
+          width((ow + per_row - 1) / per_row),
+          tiles(oh * per_row) {}
 };
 
 // Depth rows and output positions of one block of the conv's columns (CONV_KC * CONV_NCB
