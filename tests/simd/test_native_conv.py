@@ -340,7 +340,7 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
     ],
 )
 def test_auto_kernel_choice(shape, strides, want):
-    """The measured rules of module.cpp on avx512 (channels in lanes needs 16-float vectors)."""
+    """The measured rules of conv_plan.cpp on avx512 (channels in lanes needs 16-float vectors)."""
     path_or_skip("avx512")
     c, m, h, w, k = shape
     out = [(h + 2 * (k // 2) - k) // strides[0] + 1, (w + 2 * (k // 2) - k) // strides[1] + 1]

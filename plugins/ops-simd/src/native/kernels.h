@@ -1,4 +1,5 @@
-// The interface between the dispatcher (module.cpp) and the per-ISA kernel translation units.
+// The interface between the dispatcher (module.cpp, conv_plan.cpp) and the per-ISA kernel
+// translation units.
 //
 // Each ISA's kernels live in their own .cpp compiled with their own -m flags; this header only
 // declares plain data and function pointers, so nothing compiled for AVX-512 can leak into

@@ -2,7 +2,8 @@
 //
 // Every entry point validates its arguments completely (dtype, rank, shapes, strides, row
 // range, overlap of the output with the inputs) and raises TypeError or ValueError before any
-// kernel touches memory.  Kernels run with the GIL released.
+// kernel touches memory.  Kernels run with the GIL released.  The checks are binding.h's; the
+// planned convolution is conv_plan.cpp's, registered here with the rest.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -22,14 +23,11 @@
 #include <cpuid.h>
 #endif
 
+#include "binding.h"
 #include "kernels.h"
 #include "pool.h"
 
-namespace nb = nanobind;
 using namespace graphrt_simd;
-
-using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
-using OutArray = nb::ndarray<nb::device::cpu>;
 
 namespace {
 
@@ -80,6 +78,10 @@ std::vector<std::string> available_isas() {
     return out;
 }
 
+}  // namespace
+
+namespace graphrt_simd {
+
 const IsaKernels& kernels_for(const std::string& isa) {
     if (isa == "scalar") return scalar_kernels;
 #if defined(GRAPHRT_SIMD_X86)
@@ -96,40 +98,11 @@ const IsaKernels& kernels_for(const std::string& isa) {
     throw nb::value_error(("unknown isa '" + isa + "'; expected scalar, avx2 or avx512").c_str());
 }
 
+}  // namespace graphrt_simd
+
+namespace {
+
 // ---- argument checks ------------------------------------------------------------------------
-
-template <class A>
-void check_matrix(const A& x, const char* what, size_t ndim = 2) {
-    if (x.dtype() != nb::dtype<float>())
-        throw nb::type_error((std::string(what) + " must be a float32 array").c_str());
-    if (x.ndim() != ndim)
-        throw nb::value_error((std::string(what) + " must have " + std::to_string(ndim) +
-                               " dimension(s), got " + std::to_string(x.ndim()))
-                                  .c_str());
-}
-
-// Byte range [lo, hi) an array's elements occupy; empty arrays occupy nothing.
-template <class A>
-bool extent(const A& x, uintptr_t& lo, uintptr_t& hi) {
-    int64_t first = 0, last = 0;
-    for (size_t d = 0; d < x.ndim(); ++d) {
-        const int64_t len = static_cast<int64_t>(x.shape(d));
-        if (len == 0) return false;
-        const int64_t span = x.stride(d) * (len - 1);
-        if (span < 0) first += span; else last += span;
-    }
-    const auto base = reinterpret_cast<uintptr_t>(x.data());
-    lo = base + first * static_cast<int64_t>(sizeof(float));
-    hi = base + (last + 1) * static_cast<int64_t>(sizeof(float));
-    return true;
-}
-
-template <class A, class B>
-void check_no_overlap(const A& out, const B& in, const char* what) {
-    uintptr_t a0, a1, b0, b1;
-    if (extent(out, a0, a1) && extent(in, b0, b1) && a0 < b1 && b0 < a1)
-        throw nb::value_error((std::string("out must not overlap ") + what).c_str());
-}
 
 void check_out(const OutArray& out, int64_t m, int64_t n) {
     check_matrix(out, "out");
@@ -159,20 +132,9 @@ Strided strided(const InArray& x) {
                    static_cast<std::ptrdiff_t>(x.stride(1))};
 }
 
-int parse_activation(const std::string& name) {
-    if (name == "none") return ACT_NONE;
-    if (name == "relu") return ACT_RELU;
-    if (name == "clip") return ACT_CLIP;
-    if (name == "sigmoid") return ACT_SIGMOID;
-    throw nb::value_error(("unknown activation '" + name + "'; expected none, relu, clip or sigmoid")
-                              .c_str());
-}
 
 // ---- packed B -------------------------------------------------------------------------------
 
-struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
-};
 
 // B (k x n) in the panel layout of one ISA's micro-kernel, 64-byte aligned.
 class PackedB {
@@ -322,417 +284,6 @@ void canonicalize_nan(OutArray x) {
     }
 }
 
-template <class A>
-void check_flat(const A& x, const char* what) {
-    if (x.dtype() != nb::dtype<float>())
-        throw nb::type_error((std::string(what) + " must be a float32 array").c_str());
-    int64_t expect = 1;
-    for (size_t d = x.ndim(); d-- > 0;) {
-        if (x.shape(d) > 1 && x.stride(d) != expect)
-            throw nb::value_error((std::string(what) + " must be C-contiguous").c_str());
-        expect *= static_cast<int64_t>(x.shape(d));
-    }
-}
-
-// Where "auto" takes the channels-in-lanes kernel (bench/conv_micro.py --kernels): output
-// positions up to which it beat the direct kernel (unit strides) and the packed one (1x1), the
-// window depth from which it beat the direct kernel on larger maps too (light_inception_v1's
-// 3x3 64->192 on 55 x 55: lanes 6.13, direct 6.35 ms; light_squeezenet's 3x3 16->64 there, a
-// depth of 144: a tie), and the depth from which it beat packing columns for strided ones.
-constexpr int64_t LANES_MAX_POSITIONS = 1024;
-constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
-constexpr int64_t LANES_MIN_DEPTH_UNIT = 256;
-constexpr int64_t LANES_MIN_DEPTH = 64;
-// Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
-// stream kernel) instead of packing them: with more, the packed panel serves enough channel
-// tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms).
-constexpr int64_t STREAM_MAX_CHANNELS = 256;
-
-// Channels per staging block (stage() spreads them over the plugin's threads).
-constexpr int64_t STAGE_CHANNELS = 16;
-
-// ---- fast 2-D convolution -------------------------------------------------------------------
-
-std::string dims(const std::vector<int64_t>& v) {
-    std::string out = "(";
-    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-    return out + (v.size() == 1 ? ",)" : ")");
-}
-
-template <class A>
-std::vector<int64_t> shape_of(const A& x) {
-    std::vector<int64_t> out;
-    for (size_t d = 0; d < x.ndim(); ++d) out.push_back(static_cast<int64_t>(x.shape(d)));
-    return out;
-}
-
-// One thread's block of columns (CONV_KC x CONV_NCB floats), allocated on first use and kept:
-// a fresh 256 KiB allocation per call would be an mmap and page faults every time.
-float* conv_block() {
-    thread_local std::unique_ptr<float, FreeDeleter> block(
-        static_cast<float*>(std::aligned_alloc(64, CONV_KC * CONV_NCB * sizeof(float))));
-    if (!block) throw std::bad_alloc();
-    return block.get();
-}
-
-// A convolution planned once: geometry checked, the weight packed per group, and the work cut
-// into units (image, group, chunk of output channels, block of positions) by shapes alone.
-// Unit strides take the direct kernel (columns read from a padded copy of the image, staged
-// once per run by stage()); other strides pack blocks of columns per unit.
-class ConvPlan {
-public:
-    ConvPlan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
-             const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-             const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-             const std::string& isa, const std::string& kernel)
-        : isa_(&kernels_for(isa)), group_(group) {
-        check_matrix(w, "w", 4);
-        auto check = [](const std::vector<int64_t>& v, size_t size, const char* what,
-                        int64_t least) {
-            bool ok = v.size() == size;
-            for (int64_t d : v) ok = ok && d >= least;
-            if (!ok)
-                throw nb::value_error((std::string(what) + " must be " + std::to_string(size) +
-                                       " integers >= " + std::to_string(least) + ", got " +
-                                       dims(v))
-                                          .c_str());
-        };
-        check(x_shape, 4, "x_shape", 1);
-        check(strides, 2, "strides", 1);
-        check(dilations, 2, "dilations", 1);
-        check(pads, 2, "pads", 0);
-        check(out, 2, "out", 1);
-        const std::vector<int64_t> ws = shape_of(w);
-        n_ = x_shape[0];
-        m_ = ws[0];
-        if (group < 1 || x_shape[1] % group || m_ % group || ws[1] * group != x_shape[1] ||
-            ws[2] < 1 || ws[3] < 1)
-            throw nb::value_error(("w " + dims(ws) + " does not fit x " + dims(x_shape) + " in " +
-                                   std::to_string(group) + " group(s)")
-                                      .c_str());
-        ConvShape& s = shape_;
-        s = ConvShape{ws[1], x_shape[2], x_shape[3], ws[2], ws[3], strides[0], strides[1],
-                      dilations[0], dilations[1], pads[0], pads[1], out[0], out[1]};
-        mg_ = m_ / group;
-        k_ = s.c * s.kh * s.kw;
-        const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
-        tiles_ = (mg_ + cmr - 1) / cmr;
-        per_group_ = tiles_ * cmr * k_;
-        pack_weight(w);
-        mode_ = choose_mode(kernel);
-        // The direct and lanes kernels run the whole depth per tile: the output channels of a
-        // unit are a chunk of the packed weight that stays in L2 (384 KiB).  The packed path
-        // blocks the depth itself, and a second chunk would pack the same columns again.
-        const int64_t fit = (384 * 1024 / 4) / (k_ * cmr);
-        const int64_t per_chunk =
-            mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
-        if (mode_ == STREAM) {  // one row of h * w positions; tap row ch is x's plane ch
-            DirectShape& d = direct_shape_;
-            d = DirectShape{s.c, 1, s.h * s.w, 1, 1, 0, 0, 1, s.h * s.w, 1, s.h * s.w, 0};
-            for (int64_t ch = 0; ch < s.c; ++ch) offs_.push_back(ch * s.h * s.w);
-        }
-        mchunks_ = (tiles_ + per_chunk - 1) / per_chunk;
-        int64_t ptiles, tile = cnr;  // position tiles of one image and group, their size
-        if (staged()) {
-            // the staged planes: every read of an output's window lies inside them
-            DirectShape& d = direct_shape_;
-            d.c = s.c, d.h = s.h, d.w = s.w, d.kh = s.kh, d.kw = s.kw, d.ph = s.ph, d.pw = s.pw;
-            d.oh = s.oh, d.ow = s.ow;
-            d.hp = std::max(s.ph + s.h, (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1);
-            d.wp = std::max(s.pw + s.w, (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1);
-            const int64_t plane = d.hp * d.wp;
-            if (mode_ == DIRECT) {  // wide positions, and the tail their last tile reads
-                ptiles = (s.oh * d.wp + cnr - 1) / cnr;
-                d.staged = std::max(s.c * plane, (s.c - 1) * plane +
-                                                     (s.kh - 1) * s.dh * d.wp +
-                                                     (s.kw - 1) * s.dw + ptiles * cnr);
-            } else {
-                const LanesTiling tiling(s.oh, s.ow, isa_->crt);
-                tile = tiling.width;  // the positions of a whole tile
-                ptiles = tiling.tiles;
-                d.staged = s.c * plane;
-            }
-            for (int64_t ch = 0; ch < s.c; ++ch)
-                for (int64_t y = 0; y < s.kh; ++y)
-                    for (int64_t x = 0; x < s.kw; ++x)
-                        offs_.push_back(ch * plane + y * s.dh * d.wp + x * s.dw);
-        } else {
-            ptiles = (s.oh * s.ow + cnr - 1) / cnr;
-        }
-        // blocks of positions: at most CONV_NCB each (the packed path's block), and at least
-        // four units in all where the positions allow, for the intra-op threads
-        const int64_t most = std::max<int64_t>(1, CONV_NCB / tile);
-        const int64_t others = n_ * group_ * mchunks_;
-        int64_t blocks = (ptiles + most - 1) / most;
-        const int64_t want = (4 + others - 1) / others;
-        if (blocks < want) blocks = want < ptiles ? want : ptiles;
-        ptile_step_ = (ptiles + blocks - 1) / blocks;
-        pblocks_ = (ptiles + ptile_step_ - 1) / ptile_step_;
-        ptiles_ = ptiles;
-    }
-
-    int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
-    int64_t nbytes() const { return per_group_ * group_ * static_cast<int64_t>(sizeof(float)); }
-    // floats of the staging buffer stage() and run() take (0: the packed path needs none)
-    int64_t work_floats() const {
-        return staged() ? n_ * group_ * direct_shape_.staged : 0;
-    }
-    bool staged() const { return mode_ == DIRECT || mode_ == LANES; }
-    std::string kernel() const {
-        return mode_ == DIRECT   ? "direct"
-               : mode_ == LANES  ? "lanes"
-               : mode_ == STREAM ? "stream"
-                                 : "packed";
-    }
-
-    void stage(const InArray& x, OutArray work, int threads) {
-        check_x(x);
-        check_work(work);
-        check_no_overlap(work, x, "x");
-        if (!staged()) return;
-        const float* px = static_cast<const float*>(x.data());
-        float* pw = static_cast<float*>(work.data());
-        const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
-        nb::gil_scoped_release nogil;
-        // blocks of STAGE_CHANNELS channels of one image and group, the last one with the
-        // zero tail; copies, so any split over threads gives the same staged planes
-        const DirectShape& d = direct_shape_;
-        const int64_t plane = d.hp * d.wp;
-        const int64_t per = (d.c + STAGE_CHANNELS - 1) / STAGE_CHANNELS;
-        NativePool::get().run(n_ * group_ * per, threads, [&](int64_t i) {
-            const int64_t block = i % per, ig = i / per;
-            const int64_t img = ig / group_, g = ig % group_;
-            const int64_t c0 = block * STAGE_CHANNELS;
-            DirectShape part = d;
-            part.c = std::min(STAGE_CHANNELS, d.c - c0);
-            part.staged = block + 1 == per ? d.staged - c0 * plane : part.c * plane;
-            isa_->conv_stage(part, px + img * xs0 + (g * shape_.c + c0) * xs1, xs1, xs2,
-                             pw + ig * d.staged + c0 * plane);
-        });
-    }
-
-    void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
-             const std::string& activation, int64_t u0, int64_t u1, int threads,
-             std::optional<InArray> z) {
-        const ConvShape& s = shape_;
-        check_x(x);
-        check_work(work);
-        check_matrix(y, "y", 4);
-        const std::vector<int64_t> want_y{n_, m_, s.oh, s.ow};
-        if (shape_of(y) != want_y)
-            throw nb::value_error(("y must have shape " + dims(want_y) + ", got " +
-                                   dims(shape_of(y)))
-                                      .c_str());
-        if ((s.ow > 1 && y.stride(3) != 1) || (s.oh > 1 && y.stride(2) != s.ow))
-            throw nb::value_error("y must hold each channel's positions contiguously");
-        check_no_overlap(y, x, "x");
-        check_no_overlap(y, work, "work");
-        const int act = parse_activation(activation);
-        if (act != ACT_NONE && act != ACT_RELU)
-            throw nb::value_error("the conv activation must be 'none' or 'relu'");
-        const float* pb = nullptr;
-        if (bias) {
-            check_matrix(*bias, "bias", 1);
-            if (static_cast<int64_t>(bias->shape(0)) != m_)
-                throw nb::value_error(("bias must have " + std::to_string(m_) +
-                                       " elements, got " + std::to_string(bias->shape(0)))
-                                          .c_str());
-            if (m_ > 1 && bias->stride(0) != 1) throw nb::value_error("bias must be contiguous");
-            check_no_overlap(y, *bias, "bias");
-            pb = static_cast<const float*>(bias->data());
-        }
-        const float* pz = nullptr;
-        if (z) {  // the residual: laid out exactly as y
-            check_matrix(*z, "z", 4);
-            if (shape_of(*z) != want_y)
-                throw nb::value_error(("z must have shape " + dims(want_y) + ", got " +
-                                       dims(shape_of(*z)))
-                                          .c_str());
-            for (size_t d = 0; d < 4; ++d)
-                if (want_y[d] > 1 && z->stride(d) != y.stride(d))
-                    throw nb::value_error("z must have y's strides");
-            check_no_overlap(y, *z, "z");
-            pz = static_cast<const float*>(z->data());
-        }
-        if (u1 == -1) u1 = units();
-        if (u0 < 0 || u0 > u1 || u1 > units())
-            throw nb::value_error(("unit range [" + std::to_string(u0) + ", " +
-                                   std::to_string(u1) + ") is not inside [0, " +
-                                   std::to_string(units()) + ")")
-                                      .c_str());
-        // the packed path reads a 1x1 kernel with unit strides and no padding as one long row
-        ConvShape run_shape = s;
-        std::ptrdiff_t x_rs = static_cast<std::ptrdiff_t>(x.stride(2));
-        const bool flat = s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.sh == 1 &&
-                          s.sw == 1 && s.oh == s.h && s.ow == s.w && (s.h == 1 || x_rs == s.w);
-        if (flat) {
-            run_shape.w = run_shape.ow = s.h * s.w;
-            run_shape.h = run_shape.oh = 1;
-            x_rs = run_shape.w;
-        }
-        // the stream kernel reads x's planes in place: they must lie h * w floats apart
-        const bool stream = mode_ == STREAM && flat &&
-                            (s.c * group_ == 1 || x.stride(1) == s.h * s.w);
-        const float* px = static_cast<const float*>(x.data());
-        const float* pw = static_cast<const float*>(work.data());
-        float* py = static_cast<float*>(y.data());
-        const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), ys0 = y.stride(0),
-                             ys1 = y.stride(1);
-        const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
-        nb::gil_scoped_release nogil;
-        NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
-            float* block = mode_ == PACKED || (mode_ == STREAM && !stream) ? conv_block() : nullptr;
-            int64_t rest = u0 + i;
-            const int64_t pb_i = rest % pblocks_;
-            rest /= pblocks_;
-            const int64_t mc = rest % mchunks_;
-            rest /= mchunks_;
-            const int64_t g = rest % group_, img = rest / group_;
-            const int64_t t0 = mc * tiles_ / mchunks_, t1 = (mc + 1) * tiles_ / mchunks_;
-            const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
-            const int64_t p0 = pb_i * ptile_step_, p1 = std::min(p0 + ptile_step_, ptiles_);
-            const float* wg = packed_.get() + g * per_group_;
-            float* yg = py + img * ys0 + g * mg_ * ys1;
-            const float* bg = pb ? pb + g * mg_ : nullptr;
-            const float* zg = pz ? pz + img * ys0 + g * mg_ * ys1 : nullptr;
-            if (mode_ == DIRECT) {
-                const DirectShape& d = direct_shape_;
-                isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, zg, ys1,
-                                  bg, act);
-                return;
-            }
-            if (mode_ == LANES) {
-                const DirectShape& d = direct_shape_;
-                isa_->conv_lanes(s, d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                 m1, p0, p1, yg, zg, ys1, bg,
-                                 act);
-                return;
-            }
-            const float* xg = px + img * xs0 + g * s.c * xs1;
-            const int64_t positions = s.oh * s.ow;
-            int64_t j_from = p0 * cnr;
-            if (stream) {  // whole tiles straight from x, the last partial one packed
-                const int64_t whole = std::min(p1 * cnr, positions / cnr * cnr);
-                if (j_from < whole)
-                    isa_->conv_direct(direct_shape_, xg, offs_.data(), wg, m0, m1, j_from,
-                                      whole, yg, zg, ys1, bg, act);
-                j_from = std::max(j_from, whole);
-                if (j_from < std::min(p1 * cnr, positions)) block = conv_block();
-            }
-            for (int64_t j0 = j_from; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
-                const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
-                isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, zg, ys1, bg,
-                                act,
-                                block);
-            }
-        });
-    }
-
-private:
-    void pack_weight(const InArray& w) {
-        const size_t bytes =
-            ((static_cast<size_t>(per_group_ * group_) * sizeof(float) + 63) / 64) * 64;
-        packed_.reset(static_cast<float*>(std::aligned_alloc(64, bytes > 0 ? bytes : 64)));
-        if (!packed_) throw std::bad_alloc();
-        const ConvShape& s = shape_;
-        std::vector<float> dense(static_cast<size_t>(m_ * k_));
-        const float* pw = static_cast<const float*>(w.data());
-        for (int64_t o = 0; o < m_; ++o)  // w in any strides -> dense (m, k) rows
-            for (int64_t ci = 0; ci < s.c; ++ci)
-                for (int64_t y = 0; y < s.kh; ++y)
-                    for (int64_t x = 0; x < s.kw; ++x)
-                        dense[o * k_ + (ci * s.kh + y) * s.kw + x] =
-                            pw[o * w.stride(0) + ci * w.stride(1) + y * w.stride(2) +
-                               x * w.stride(3)];
-        for (int64_t g = 0; g < group_; ++g)
-            isa_->conv_pack_w(mg_, k_, dense.data() + g * mg_ * k_,
-                              packed_.get() + g * per_group_);
-    }
-
-    void check_x(const InArray& x) const {
-        check_matrix(x, "x", 4);
-        const std::vector<int64_t> want{n_, shape_.c * group_, shape_.h, shape_.w};
-        if (shape_of(x) != want)
-            throw nb::value_error(
-                ("x must have shape " + dims(want) + ", got " + dims(shape_of(x))).c_str());
-        if (shape_.w > 1 && x.stride(3) != 1)
-            throw nb::value_error("x must have unit column stride");
-    }
-
-    template <class A>
-    void check_work(const A& work) const {
-        check_flat(work, "work");
-        if (static_cast<int64_t>(work.size()) < work_floats())
-            throw nb::value_error(("work must hold " + std::to_string(work_floats()) +
-                                   " floats, got " + std::to_string(work.size()))
-                                      .c_str());
-    }
-
-    const IsaKernels* isa_;
-    ConvShape shape_{};
-    DirectShape direct_shape_{};
-    std::vector<int64_t> offs_;
-    int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
-    int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
-    enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
-
-    // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
-    // run is a ValueError.
-    Mode choose_mode(const std::string& kernel) const {
-        const ConvShape& s = shape_;
-        const bool unit = s.sh == 1 && s.sw == 1;
-        const bool lanes_ok = isa_->conv_lanes_ok;
-        const bool one = s.kh * s.kw == 1;
-        if (kernel == "packed") return PACKED;
-        if (kernel == "direct") {
-            if (!unit) throw nb::value_error("the direct kernel needs unit strides");
-            return DIRECT;
-        }
-        if (kernel == "stream") {
-            if (!one || !unit || s.ph || s.pw || s.oh != s.h || s.ow != s.w)
-                throw nb::value_error(
-                    "the stream kernel needs a 1x1 kernel, unit strides and no padding");
-            return STREAM;
-        }
-        if (kernel == "lanes") {
-            if (!lanes_ok)
-                throw nb::value_error(("isa '" + std::string(isa_->name) +
-                                       "' has no channels-in-lanes conv kernel")
-                                          .c_str());
-            return LANES;
-        }
-        if (kernel != "auto")
-            throw nb::value_error(("unknown conv kernel '" + kernel +
-                                   "'; expected auto, direct, lanes, packed or stream")
-                                      .c_str());
-        // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
-        // --kernels): channels in lanes where the maps are small or the windows deep, the
-        // direct kernel for shallow windows on large maps with unit strides, x's own
-        // planes for plain 1x1 kernels on large maps with few output channels (stream), and
-        // packed columns for the other 1x1 kernels and for very shallow strided windows.
-        const int64_t positions = s.oh * s.ow, depth = s.c * s.kh * s.kw;
-        if (lanes_ok) {
-            if (one ? positions <= LANES_MAX_POSITIONS_1X1
-                    : unit ? positions <= LANES_MAX_POSITIONS || depth >= LANES_MIN_DEPTH_UNIT
-                           : depth >= LANES_MIN_DEPTH)
-                return LANES;
-        }
-        if (unit && !one) return DIRECT;
-        if (one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w &&
-            mg_ < STREAM_MAX_CHANNELS)
-            return STREAM;
-        return PACKED;
-    }
-    std::unique_ptr<float, FreeDeleter> packed_;
-};
-
-ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
-                    const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-                    const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-                    const std::string& isa, const std::string& kernel) {
-    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel);
-}
 
 // ---- MaxPool ---------------------------------------------------------------------------------
 
@@ -921,26 +472,7 @@ NB_MODULE(_native, m) {
           "out.flat[begin:end] = fn(x.flat[begin:end]) for fn in exp, tanh, sigmoid, erf, gelu "
           "(float32, C-contiguous, out is x or apart from it) in exact mode's operation order; "
           "NaN -> 0x7FC00000.");
-    nb::class_<ConvPlan>(m, "ConvPlan", "A planned 2-D convolution: packed weight, work units.")
-        .def_prop_ro("units", &ConvPlan::units)
-        .def_prop_ro("nbytes", &ConvPlan::nbytes)
-        .def_prop_ro("work_floats", &ConvPlan::work_floats)
-        .def_prop_ro("staged", &ConvPlan::staged)
-        .def_prop_ro("kernel", &ConvPlan::kernel)
-        .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"), nb::arg("threads") = 1,
-             "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
-        .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
-             nb::arg("bias").none(), nb::arg("activation"), nb::arg("unit_begin") = 0,
-             nb::arg("unit_end") = -1, nb::arg("threads") = 1, nb::arg("z").none() = nb::none(),
-             "y = act((conv(x) + bias) + z) for units [unit_begin, unit_end) (activation none "
-             "or relu; z, a residual laid out as y, optional), over `threads` threads of the "
-             "plugin's pool; units are independent outputs, so any split and thread count give "
-             "the same bits.");
-    m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
-          nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
-          nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
-          "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
-          "output extents, which fix the pads after; kernel: auto, direct, lanes, packed or stream).");
+    bind_conv(m);
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,

@@ -7,8 +7,8 @@
 // threads - 1 workers, items claimed one by one from an atomic counter; it returns when all are
 // done.  Which thread runs which item never changes an item's arithmetic, so results do not
 // depend on the thread count.  One job runs at a time: a caller that finds the pool busy (two
-// sessions running at once) runs its items itself.  Included by module.cpp only (not by the
-// per-ISA kernel files).
+// sessions running at once) runs its items itself.  Included by the binding files only (not
+// by the per-ISA kernel files).
 #pragma once
 
 #include <atomic>
