@@ -2,57 +2,50 @@
 
 Every onnx node case of these operators runs through its kernel (``node_cases.run_case``); the
 ones that cannot pass would be listed in ``EXPECTED_FAILURES`` with the reason, strict.  Then
-randomized single-node models against onnxruntime (grouped, depthwise, dilated, strided,
-padded, 1-D to 3-D convolutions; pools with ceil_mode, pads and dilations; the
-normalizations), run the way a plan runs a kernel: ``infer`` with the constant inputs known,
-scratch full of garbage, ``bind``, call.  Finally: thread counts never change a bit, a
-steady-state run allocates no numpy array data, and bad models or inputs are refused with the
-right kind.
+randomized single-node convolutions against onnxruntime (grouped, depthwise, dilated, strided,
+padded, 1-D to 3-D), run the way a plan runs a kernel (tests/ops/_nn.py's ``Bound``: ``infer``
+with the constant inputs known, scratch full of garbage, ``bind``, call); the pools and
+normalizations the same way in test_pool_norm.py.  Finally, for all of them: thread counts never
+change a bit, a steady-state run allocates no numpy array data, and bad models or inputs are
+refused with the right kind.
 """
 
 from __future__ import annotations
 
-import math
 import tracemalloc
 
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import graphrt_ops_basic.conv as conv_module
 import graphrt_ops_basic.norm as norm_module
 from graphrt.attrs import node_info
 from graphrt.errors import SessionError
-from graphrt.kernel import InferContext, KernelContext
 from graphrt.threads import IntraOpPool
 from graphrt_ops_basic.table import OPERATORS
-from tests._models import ort_session
 from tests._numpy_alloc import count_numpy_allocations
-from tests._versions import ONNX, onnxruntime_release
+from tests._versions import ONNX
+from tests.ops._nn import (
+    FACTORIES,
+    OPS,
+    Bound,
+    _same_pads_are_natural,
+    _spec_pads,
+    assert_close,
+    bn_inputs,
+    make_node,
+    ort_run,
+    rand,
+    reference_run,
+)
 from tests.ops.node_cases import node_case_params, run_case
 
 ort = pytest.importorskip("onnxruntime")
 
-OPS = {
-    "Conv",
-    "ConvTranspose",
-    "MaxPool",
-    "AveragePool",
-    "LpPool",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "GlobalLpPool",
-    "BatchNormalization",
-    "InstanceNormalization",
-    "LayerNormalization",
-    "LRN",
-}
-FACTORIES = {d.op_type: d.factory for d in OPERATORS if d.op_type in OPS and d.domain == ""}
 #: Operators onnx has no single-node case for, and where they are tested instead.
-WITHOUT_NODE_CASES = {"GlobalLpPool": "test_global_pools_match_onnxruntime"}
+WITHOUT_NODE_CASES = {"GlobalLpPool": "test_pool_norm.py::test_global_pools_match_onnxruntime"}
 
 #: Node cases that cannot pass, with the reason.  Strict: a case that starts passing fails.
 EXPECTED_FAILURES: dict[str, str] = {}
@@ -97,94 +90,6 @@ def test_the_table_covers_every_opset_version_onnx_defines():
 def test_onnx_node_case(model, inputs, outputs):
     with np.errstate(all="ignore"):
         run_case(FACTORIES[model.graph.node[0].op_type], model, inputs, outputs)
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-
-def make_node(op: str, n_inputs: int, n_outputs: int = 1, **attrs) -> onnx.NodeProto:
-    inputs = [f"i{k}" for k in range(n_inputs)]
-    outputs = [f"o{k}" for k in range(n_outputs)]
-    return helper.make_node(op, inputs, outputs, **attrs)
-
-
-class Bound:
-    """A kernel prepared and bound the way a plan does it, on arrays made once."""
-
-    def __init__(self, op, inputs, n_outputs=1, opset=22, known=(1, 2, 3, 4), pool=None, **attrs):
-        node = make_node(op, len(inputs), n_outputs, **attrs)
-        self.kernel = FACTORIES[op](node_info(node, opset))
-        inputs = [None if x is None else np.asarray(x) for x in inputs]
-        ictx = InferContext(
-            [None if x is None else x.dtype for x in inputs],
-            [None if x is None else x.shape for x in inputs],
-            [x if i in known else None for i, x in enumerate(inputs)],
-            n_outputs,
-        )
-        self.kernel.infer(ictx)
-        self.outputs = [None if t is None else np.empty(t[1], t[0]) for t in ictx.output_types()]
-        # scratch holds garbage, as slab memory another step used does
-        scratch = [_garbage(d, s) for d, s in ictx.scratch]
-        self.ctx = KernelContext(prepared=ictx.prepared, scratch=scratch, pool=pool)
-        self.inputs = inputs
-        self.step = self.kernel.bind(self.ctx, inputs, self.outputs)
-
-    def __call__(self) -> list[np.ndarray]:
-        self.step()
-        return self.outputs
-
-
-def _garbage(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    a = np.empty(shape, dtype)
-    a.view(np.uint8).fill(0xFF)  # NaN in every float type
-    return a
-
-
-def ort_run(op, inputs, n_outputs=1, opset=22, **attrs) -> list[np.ndarray]:
-    node = make_node(op, len(inputs), n_outputs, **attrs)
-    decl = [
-        helper.make_tensor_value_info(f"i{k}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-        for k, x in enumerate(inputs)
-    ]
-    types = [helper.np_dtype_to_tensor_dtype(inputs[0].dtype)] * n_outputs
-    if op == "MaxPool" and n_outputs > 1:
-        types[1] = TensorProto.INT64
-    if op == "LayerNormalization":
-        types[1:] = [TensorProto.FLOAT] * (n_outputs - 1)
-    outs = [helper.make_tensor_value_info(o, t, None) for o, t in zip(node.output, types)]
-    graph = helper.make_graph([node], "g", decl, outs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort_session(model, so).run(None, {f"i{k}": x for k, x in enumerate(inputs)})
-
-
-def reference_run(op, inputs, n_outputs=1, opset=22, **attrs) -> list[np.ndarray]:
-    node = make_node(op, len(inputs), n_outputs, **attrs)
-    decl = [
-        helper.make_tensor_value_info(f"i{k}", TensorProto.UNDEFINED, None)
-        for k in range(len(inputs))
-    ]
-    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output]
-    graph = helper.make_graph([node], "g", decl, outs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, {f"i{k}": x for k, x in enumerate(inputs)})
-
-
-def assert_close(got, want, rtol=1e-4, atol=1e-5):
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-
-
-def rand(rng, *shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def _same_pads_are_natural(spatial, kernel, strides, dilations) -> bool:
-    """SAME padding both oracles agree on: no dilation and a window at least the stride (else
-    the spec's pad formula turns negative; graphrt pads by zero there, TensorFlow's rule)."""
-    return all(d == 1 and k >= s for k, s, d in zip(kernel, strides, dilations))
 
 
 # -- convolutions against onnxruntime -----------------------------------------------------------
@@ -266,27 +171,6 @@ def test_conv_same_padding_with_dilation_follows_the_spec(seed):
     assert_close(Bound("Conv", [x, w], **attrs)(), want)
 
 
-def _spec_pads(spatial, kernel, attrs: dict) -> list[int]:
-    """The pads [begin..., end...] the spec gives for auto_pad and pads.  SAME: an output of
-    ceil(in / stride) and the total padding that needs, split in two with the odd one at the
-    end (SAME_UPPER) or the beginning (SAME_LOWER)."""
-    rank = len(spatial)
-    auto = attrs.get("auto_pad", "NOTSET")
-    if auto == "NOTSET":
-        return list(attrs.get("pads", [0] * 2 * rank))
-    if auto == "VALID":
-        return [0] * 2 * rank
-    strides = attrs.get("strides", [1] * rank)
-    dilations = attrs.get("dilations", [1] * rank)
-    begin, end = [], []
-    for n, k, s, d in zip(spatial, kernel, strides, dilations):
-        total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
-        small, large = total // 2, total - total // 2
-        begin.append(large if auto == "SAME_LOWER" else small)
-        end.append(total - begin[-1])
-    return begin + end
-
-
 @pytest.mark.parametrize("dtype", [np.float16, np.float64, ml_dtypes.bfloat16])
 def test_conv_other_float_types(dtype):
     rng = np.random.default_rng(0)
@@ -349,253 +233,6 @@ def test_conv_opset_1_and_resnet_shapes():
         attrs = {"strides": [s, s], "pads": [p] * 4}
         want = ort_run("Conv", [x, w, b], opset=11, **attrs)
         assert_close(Bound("Conv", [x, w, b], opset=1, **attrs)(), want, rtol=1e-4, atol=1e-4)
-
-
-# -- pools against onnxruntime ------------------------------------------------------------------
-
-
-def random_pool(op: str, seed: int):
-    rng = np.random.default_rng(seed)
-    rank = (1, 2, 2, 3)[seed % 4]
-    kernel = [int(rng.integers(1, 4)) for _ in range(rank)]
-    strides = [int(rng.integers(1, 4)) for _ in range(rank)]
-    dilations = [int(rng.integers(1, 3)) for _ in range(rank)]
-    spatial = [int(rng.integers(5, 11)) for _ in range(rank)]
-    attrs = {"kernel_shape": kernel, "strides": strides}
-    if rng.random() < 0.5:
-        attrs["dilations"] = dilations
-    else:
-        dilations = [1] * rank
-    auto = str(rng.choice(["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
-    if auto.startswith("SAME") and not _same_pads_are_natural(spatial, kernel, strides, dilations):
-        auto = "NOTSET"
-    if auto == "NOTSET":
-        attrs["pads"] = [int(rng.integers(0, k)) for k in kernel * 2]
-        attrs["ceil_mode"] = int(rng.integers(0, 2))
-    else:
-        attrs["auto_pad"] = auto
-    if op == "AveragePool":
-        attrs["count_include_pad"] = int(rng.integers(0, 2))
-    if op == "LpPool":
-        attrs["p"] = int(rng.integers(1, 4))
-    if op == "MaxPool":
-        attrs["storage_order"] = int(rng.integers(0, 2))
-    return rand(rng, int(rng.integers(1, 3)), 3, *spatial), attrs
-
-
-@pytest.mark.parametrize("seed", range(40))
-@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
-def test_pools_match_onnxruntime(op, seed):
-    x, attrs = random_pool(op, seed)
-    if op == "LpPool" and attrs.get("ceil_mode"):
-        attrs["ceil_mode"] = 0  # onnxruntime's LpPool does not know ceil_mode
-    if _onnxruntime_pools_differ(op, attrs):
-        want = [spec_pool(op, x, attrs)]
-    else:
-        want = ort_run(op, [x], opset=19 if op != "LpPool" else 18, **attrs)
-    assert_close(Bound(op, [x], **attrs)(), want)
-
-
-def _onnxruntime_pools_differ(op: str, attrs: dict) -> bool:
-    """Pools where the installed onnxruntime departs from the spec, so that the spec's text
-    (spec_pool) is the oracle: before 1.21 onnxruntime keeps ceil_mode windows that start in
-    the right padding (one output too many) and averages AveragePool's last ceil_mode window
-    over the whole kernel; from 1.21 to 1.24 it averages AveragePool windows with
-    count_include_pad=1 over a wrong count where they overlap the padding.  (onnx's reference
-    evaluator is no oracle there: it mis-sizes MaxPool with ceil_mode and uneven pads.)"""
-    release = onnxruntime_release()
-    if release < (1, 21):
-        return bool(attrs.get("ceil_mode"))
-    return release < (1, 25) and op == "AveragePool" and bool(attrs.get("count_include_pad"))
-
-
-def spec_pool(op: str, x: np.ndarray, attrs: dict, indices: bool = False):
-    """MaxPool or AveragePool by the spec's text, one window at a time (a test oracle).
-
-    Output extents: floor or (ceil_mode) ceil of (in + pads - dilated kernel) / stride, + 1,
-    less a last ceil_mode window that would start in the right padding.  A window's taps in
-    the padding take no part in the maximum, nor in the average unless count_include_pad,
-    which counts the taps inside the padded extent (not the ceil_mode overhang).  MaxPool's
-    indices: flat over (N, C, spatial...), the spatial part column-major if storage_order=1;
-    the first maximum wins.
-    """
-    spatial, rank = x.shape[2:], x.ndim - 2
-    kernel = attrs["kernel_shape"]
-    strides = attrs.get("strides", [1] * rank)
-    dilations = attrs.get("dilations", [1] * rank)
-    pads = _spec_pads(spatial, kernel, attrs)
-    ceil = bool(attrs.get("ceil_mode"))
-    out = []
-    for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
-        span = n + pads[i] + pads[i + rank] - (k - 1) * d - 1
-        o = (-(-span // s) if ceil else span // s) + 1
-        if ceil and (o - 1) * s >= n + pads[i]:
-            o -= 1
-        out.append(o)
-    y = np.empty(x.shape[:2] + tuple(out), x.dtype)
-    idx = np.empty(y.shape, np.int64)
-    flat = np.arange(x.size, dtype=np.int64).reshape(x.shape)
-    if attrs.get("storage_order"):  # column-major spatial positions
-        col = np.arange(math.prod(spatial), dtype=np.int64).reshape(spatial[::-1]).T
-        flat = flat - flat % col.size + col
-    for pos in np.ndindex(*out):
-        taps, padded = [], 1
-        for i, (p, n, k, s, d) in enumerate(zip(pos, spatial, kernel, strides, dilations)):
-            at = p * s - pads[i] + d * np.arange(k)
-            taps.append(at[(at >= 0) & (at < n)])
-            padded *= int(((at >= -pads[i]) & (at < n + pads[i + rank])).sum())
-        window = (slice(None), slice(None), *np.ix_(*taps))
-        vals = x[window].reshape(*x.shape[:2], -1)
-        if op == "MaxPool":
-            first = vals.argmax(axis=-1)[..., None]
-            y[(..., *pos)] = np.take_along_axis(vals, first, -1)[..., 0]
-            where = flat[window].reshape(*x.shape[:2], -1)
-            idx[(..., *pos)] = np.take_along_axis(where, first, -1)[..., 0]
-        else:
-            count = padded if attrs.get("count_include_pad") else vals.shape[-1]
-            y[(..., *pos)] = vals.astype(np.float64).sum(axis=-1) / count
-    return [y, idx] if indices else y
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_max_pool_indices_match_onnxruntime(seed):
-    x, attrs = random_pool("MaxPool", seed)
-    if _onnxruntime_pools_differ("MaxPool", attrs):
-        want = spec_pool("MaxPool", x, attrs, indices=True)
-    else:
-        want = ort_run("MaxPool", [x], 2, opset=12, **attrs)
-    assert_close(Bound("MaxPool", [x], 2, **attrs)(), want, rtol=0, atol=0)
-
-
-def test_max_pool_integer_types_and_first_maximum_wins_ties():
-    x = np.array([[[[1, 5, 5], [5, 2, -128], [0, 5, 3]]]], np.int8)
-    y, idx = Bound("MaxPool", [x], 2, kernel_shape=[2, 2], pads=[1, 1, 0, 0])()
-    assert y.tolist() == [[[[1, 5, 5], [5, 5, 5], [5, 5, 5]]]]
-    assert idx.tolist() == [[[[0, 1, 1], [3, 1, 1], [3, 3, 7]]]]
-    u = np.arange(16, dtype=np.uint8).reshape(1, 1, 4, 4)
-    (y,) = Bound("MaxPool", [u], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])()
-    assert y.tolist() == [[[[5, 7], [13, 15]]]]
-
-
-@pytest.mark.parametrize("opset", [1, 2, 11, 18])
-def test_lp_pool_p_attribute_by_opset(opset):
-    x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
-    attrs = {"kernel_shape": [2, 2], "p": 3.0 if opset == 1 else 3}
-    (got,) = Bound("LpPool", [x], opset=opset, **attrs)()
-    want = np.cbrt(sum(np.abs(x[:, :, i : i + 4, j : j + 4]) ** 3 for i in (0, 1) for j in (0, 1)))
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-
-
-@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
-@pytest.mark.parametrize("shape", [(2, 3, 7), (1, 4, 7, 7), (2, 2, 3, 4, 5)])
-def test_global_pools_match_onnxruntime(op, shape):
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    assert_close(Bound(op, [x])(), ort_run(op, [x], opset=2 if op == "GlobalLpPool" else 1))
-    if op == "GlobalLpPool":
-        (got,) = Bound(op, [x], opset=1, p=3.0)()
-        want = np.cbrt((np.abs(x) ** 3).sum(axis=tuple(range(2, x.ndim)), keepdims=True))
-        np.testing.assert_allclose(got, want, rtol=1e-5)
-
-
-# -- normalizations against onnxruntime ---------------------------------------------------------
-
-
-def bn_inputs(rng, x_shape, dtype=np.float32):
-    c = x_shape[1]
-    return [
-        rand(rng, *x_shape, dtype=dtype) * 2 + 1,
-        (rng.random(c) + 0.5).astype(dtype),
-        rand(rng, c, dtype=dtype),
-        rand(rng, c, dtype=dtype),
-        (rng.random(c) + 0.5).astype(dtype),
-    ]
-
-
-@pytest.mark.parametrize("known", [(1, 2, 3, 4), ()])
-@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 5)])
-def test_batch_norm_inference_matches_onnxruntime(shape, known):
-    inputs = bn_inputs(np.random.default_rng(len(shape)), shape)
-    for opset in (7, 9, 15):
-        want = ort_run("BatchNormalization", inputs, opset=opset, epsilon=1e-3)
-        got = Bound("BatchNormalization", inputs, opset=opset, known=known, epsilon=1e-3)()
-        assert_close(got, want)
-
-
-@pytest.mark.parametrize(("opset", "n_outputs"), [(9, 5), (14, 3), (15, 3)])
-def test_batch_norm_training_outputs_match_onnxruntime(opset, n_outputs):
-    inputs = bn_inputs(np.random.default_rng(opset), (3, 4, 5, 6))
-    attrs = {"momentum": 0.8, "epsilon": 1e-4}
-    if opset >= 14:
-        attrs["training_mode"] = 1
-    want = ort_run("BatchNormalization", inputs, n_outputs, opset=opset, **attrs)
-    got = Bound("BatchNormalization", inputs, n_outputs, opset=opset, **attrs)()
-    assert_close(got, want)
-
-
-def test_batch_norm_before_opset_7():
-    rng = np.random.default_rng(0)
-    x = rand(rng, 2, 3, 4)
-    # spatial=0: one parameter per element of a sample
-    scale, bias, mean = rand(rng, 3, 4), rand(rng, 3, 4), rand(rng, 3, 4)
-    var = (rng.random((3, 4)) + 0.5).astype(np.float32)
-    (got,) = Bound(
-        "BatchNormalization", [x, scale, bias, mean, var], opset=6, spatial=0, is_test=1
-    )()
-    np.testing.assert_allclose(
-        got, (x - mean) / np.sqrt(var + 1e-5) * scale + bias, rtol=1e-5, atol=1e-6
-    )
-    # is_test=0 with only Y asked for computes the inference result
-    inputs = bn_inputs(rng, (2, 3, 4))
-    (got,) = Bound(
-        "BatchNormalization", inputs, opset=1, is_test=0, consumed_inputs=[0, 0, 0, 1, 1]
-    )()
-    assert_close([got], ort_run("BatchNormalization", inputs, opset=7))
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 4, 6, 7), (2, 2, 3, 4, 5)])
-def test_instance_norm_matches_onnxruntime(shape, dtype):
-    rng = np.random.default_rng(3)
-    inputs = [rand(rng, *shape) * 3 + 2, rand(rng, shape[1]), rand(rng, shape[1])]
-    inputs = [a.astype(dtype) for a in inputs]
-    f32 = [a.astype(np.float32) for a in inputs]
-    want = ort_run("InstanceNormalization", f32, opset=6, epsilon=1e-3)[0]
-    (got,) = Bound("InstanceNormalization", inputs, epsilon=1e-3)()
-    assert got.dtype == dtype
-    tol = 1e-2 if dtype == np.float16 else 1e-4
-    np.testing.assert_allclose(got.astype(np.float32), want, rtol=tol, atol=tol)
-
-
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize(
-    ("shape", "axis"), [((4, 7), -1), ((2, 3, 5), 1), ((2, 3, 4, 5), -2), ((3, 4), 0)]
-)
-def test_layer_norm_matches_onnxruntime(shape, axis, bias):
-    rng = np.random.default_rng(len(shape))
-    norm = shape[axis:]
-    inputs = [rand(rng, *shape) * 2 + 1, rand(rng, *norm)] + ([rand(rng, *norm)] if bias else [])
-    want = ort_run("LayerNormalization", inputs, 3, opset=17, axis=axis, epsilon=1e-3)
-    got = Bound("LayerNormalization", inputs, 3, opset=17, axis=axis, epsilon=1e-3)()
-    assert_close(got, want)
-    # the scale broadcasts over the normalized axes (here: one value per last axis)
-    inputs[1] = rand(rng, norm[-1])
-    if onnxruntime_release() >= (1, 24) or len(norm) == 1:
-        want = ort_run("LayerNormalization", inputs, opset=17, axis=axis)
-    else:  # onnxruntime before 1.24 refuses a Scale or B shorter than X.shape[axis:]
-        want = reference_run("LayerNormalization", inputs, opset=17, axis=axis)
-    assert_close(Bound("LayerNormalization", inputs, opset=17, axis=axis)(), want)
-
-
-@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 9])
-def test_lrn_matches_the_spec_and_onnxruntime(size):
-    x = np.random.default_rng(size).standard_normal((2, 6, 4, 5)).astype(np.float32)
-    attrs = {"size": size, "alpha": 1e-2, "beta": 0.6, "bias": 1.5}
-    (got,) = Bound("LRN", [x], **attrs)()
-    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2  # channels before and after
-    square = np.stack([(x[:, max(0, c - lo) : c + hi + 1] ** 2).sum(axis=1) for c in range(6)], 1)
-    np.testing.assert_allclose(got, x / (1.5 + 1e-2 / size * square) ** 0.6, rtol=1e-5)
-    if size % 2:  # onnxruntime refuses even sizes
-        assert_close([got], ort_run("LRN", [x], opset=13, **attrs))
 
 
 # -- threads ------------------------------------------------------------------------------------
