@@ -2,11 +2,10 @@
 
 Every onnx node case of these operators runs through its kernel (``node_cases.run_case``); a
 case that cannot pass would be listed in ``EXPECTED_FAILURES`` with its reason (strict).  The
-focused tests pin what the node cases do not see: ONNX's clamping corners of Slice (random
-cases against an element-by-element reading of the spec), negative and out-of-range indices,
-errors and their kinds, every opset form (against onnx's reference evaluator where it has
-one), run-time shape inputs (dynamic nodes), exact-mode acceptance, and that a static plan of
-these operators allocates nothing in a steady-state run.
+focused tests pin what the node cases do not see: errors and their kinds, every opset form
+(against onnx's reference evaluator where it has one), run-time shape inputs (dynamic nodes),
+exact-mode acceptance, and that a static plan of these operators allocates nothing in a
+steady-state run; Slice and the gathers and scatters are in test_tensor_indexing.py.
 """
 
 from __future__ import annotations
@@ -14,41 +13,31 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from onnx import TensorProto, defs, helper
 from onnx.reference import ReferenceEvaluator
 
 import graphrt
 from graphrt.attrs import node_info
 from graphrt.errors import SessionError
-from graphrt.kernel import InferContext, KernelContext, evaluate_node
+from graphrt.kernel import evaluate_node
 from graphrt_ops_basic import views
-from graphrt_ops_basic.table import OPERATORS
-from tests._models import ort_session
 from tests._numpy_alloc import count_numpy_allocations
 from tests._versions import ONNX
+from tests.ops._tensor import (
+    DEFS,
+    FACTORIES,
+    OPS,
+    X,
+    assert_same,
+    evaluate,
+    ints,
+    kernel_for,
+    kind_of,
+    onnxruntime_run,
+    reference,
+    session_for,
+)
 from tests.ops.node_cases import node_case_params, run_case
-
-OPS = {
-    "Shape",
-    "Size",
-    "ConstantOfShape",
-    "Range",
-    "Expand",
-    "Concat",
-    "Gather",
-    "GatherElements",
-    "ScatterElements",
-    "Slice",
-    "Transpose",
-    "Split",
-    "Tile",
-    "Pad",
-    "NonZero",
-}
-FACTORIES = {d.op_type: d.factory for d in OPERATORS if d.op_type in OPS and d.domain == ""}
-DEFS = {d.op_type: d for d in OPERATORS if d.op_type in OPS and d.domain == ""}
 
 #: Node cases that cannot pass, with the reason.  Strict: a case that starts passing fails.
 EXPECTED_FAILURES: dict[str, str] = {}
@@ -90,320 +79,6 @@ def test_exact_support_is_declared_for_data_movement():
     exact = {op for op, f in FACTORIES.items() if f.supports_exact}
     assert exact == OPS - {"ScatterElements"}
     assert FACTORIES["NonZero"].outputs_data_dependent
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-
-def kernel_for(op: str, opset: int = 21, n_inputs: int = 1, n_outputs: int = 1, **attrs):
-    inputs = [f"i{k}" for k in range(n_inputs)]
-    outputs = [f"o{k}" for k in range(n_outputs)]
-    node = helper.make_node(op, inputs, outputs, **attrs)
-    return FACTORIES[op](node_info(node, opset))
-
-
-def evaluate(op: str, *inputs, opset: int = 21, n_outputs: int = 1, **attrs):
-    kernel = kernel_for(op, opset, len(inputs), n_outputs, **attrs)
-    outs = evaluate_node(kernel, [None if x is None else np.asarray(x) for x in inputs], n_outputs)
-    return outs if n_outputs > 1 else outs[0]
-
-
-def reference(op: str, *inputs, opset: int, n_outputs: int = 1, **attrs):
-    """onnx's reference evaluator on one node (a test oracle only)."""
-    names = [f"i{k}" for k in range(len(inputs))]
-    outs = [f"o{k}" for k in range(n_outputs)]
-    model = _model(op, names, outs, opset, **attrs)
-    got = ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
-    return got if n_outputs > 1 else got[0]
-
-
-def onnxruntime_run(op: str, *inputs, opset: int, **attrs):
-    """onnxruntime on one node whose output has the first input's type (a test oracle only)."""
-    pytest.importorskip("onnxruntime")
-    names = [f"i{k}" for k in range(len(inputs))]
-    decls = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-        for n, v in zip(names, inputs)
-    ]
-    model = _model(op, names, ["o0"], opset, (), decls, **attrs)
-    model.graph.output[0].type.tensor_type.elem_type = decls[0].type.tensor_type.elem_type
-    return ort_session(model).run(None, dict(zip(names, inputs)))[0]
-
-
-def _model(op, names, outs, opset, inits=(), decls=None, **attrs):
-    node = helper.make_node(op, names, outs, **attrs)
-    init_names = {t.name for t in inits}
-    if decls is None:
-        decls = [
-            helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None)
-            for n in names
-            if n not in init_names
-        ]
-    graph = helper.make_graph(
-        [node],
-        "g",
-        decls,
-        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outs],
-        list(inits),
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def session_for(op, feeds: dict, inits=(), opset=21, n_outputs=1, mode="fast", **attrs):
-    """A one-node session; ``inits`` are constant inputs (initializers) listed after feeds."""
-    names = list(feeds) + [t.name for t in inits]
-    decls = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-        for n, v in feeds.items()
-    ]
-    outs = [f"y{k}" for k in range(n_outputs)]
-    model = _model(op, names, outs, opset, inits, decls, **attrs)
-    return graphrt.Session(model, mode=mode, intra_op_threads=1)
-
-
-def ints(name: str, values) -> TensorProto:
-    values = list(values)
-    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
-
-
-def assert_same(got, want):
-    np.testing.assert_array_equal(got, want)
-    assert np.asarray(got).dtype == np.asarray(want).dtype
-    assert np.asarray(got).shape == np.asarray(want).shape
-
-
-def kind_of(fn) -> str:
-    with pytest.raises(SessionError) as err:
-        fn()
-    return err.value.kind
-
-
-X = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
-
-
-# -- Slice --------------------------------------------------------------------------------------
-
-
-def spec_slice_indices(start: int, end: int, step: int, dim: int) -> list[int]:
-    """The elements ONNX's Slice (opset 13 text) selects along one axis, one by one."""
-    start = start + dim if start < 0 else start
-    end = end + dim if end < 0 else end
-    if step > 0:
-        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
-    else:
-        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
-    out, i = [], start
-    while (step > 0 and i < end) or (step < 0 and i > end):
-        out.append(i)
-        i += step
-    return out
-
-
-def spec_slice(x, starts, ends, axes, steps):
-    for s, e, a, k in zip(starts, ends, axes, steps):
-        x = np.take(x, spec_slice_indices(s, e, k, x.shape[a]), axis=a)
-    return x
-
-
-BOUND = st.one_of(st.integers(-12, 12), st.sampled_from([2**63 - 1, -(2**63), 2**31 - 1, -(2**31)]))
-
-
-@st.composite
-def slice_cases(draw):
-    shape = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3))
-    rank = len(shape)
-    axes = draw(st.permutations(range(rank)).map(list))[: draw(st.integers(1, rank))]
-    axes = [a - rank if draw(st.booleans()) else a for a in axes]  # negative axes too
-    n = len(axes)
-    starts = draw(st.lists(BOUND, min_size=n, max_size=n))
-    ends = draw(st.lists(BOUND, min_size=n, max_size=n))
-    steps = draw(st.lists(st.integers(-4, 4).filter(bool), min_size=n, max_size=n))
-    dtype = draw(st.sampled_from([np.int64, np.int32]))
-    return shape, starts, ends, axes, steps, dtype
-
-
-@settings(max_examples=300, deadline=None)
-@given(slice_cases())
-def test_slice_matches_the_spec_for_random_bounds(case):
-    shape, starts, ends, axes, steps, dtype = case
-    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-    if dtype == np.int32:  # int32 inputs: the extremes clipped into range
-        starts = [min(max(i, -(2**31)), 2**31 - 1) for i in starts]
-        ends = [min(max(i, -(2**31)), 2**31 - 1) for i in ends]
-    args = [np.array(v, dtype) for v in (starts, ends, axes, steps)]
-    got = evaluate("Slice", x, *args, opset=13)
-    want = spec_slice(x, starts, ends, [a % len(shape) for a in axes], steps)
-    assert_same(got, want)
-
-
-def test_slice_negative_starts_ends_and_steps():
-    x = np.arange(10, dtype=np.int64)
-    for (s, e, k), want in [
-        ((-3, 100, 1), [7, 8, 9]),
-        ((-1, -100, -1), list(range(9, -1, -1))),
-        ((-1, -100, -3), [9, 6, 3, 0]),
-        ((100, -100, -2), [9, 7, 5, 3, 1]),
-        ((-100, -200, -1), [0]),  # ONNX clamps start to 0 (Python's slicing gives [])
-        ((-100, 0, -1), []),
-        ((2, 2, 1), []),
-        ((0, -1, 4), [0, 4, 8]),
-        ((2**63 - 1, -(2**63), -1), list(range(9, -1, -1))),
-    ]:
-        got = evaluate("Slice", x, *[np.array([v]) for v in (s, e, 0, k)], opset=13)
-        assert got.tolist() == want, (s, e, k)
-
-
-def test_slice_axes_default_and_negative_and_empty_axis():
-    got = evaluate("Slice", X, np.array([1, 1]), np.array([3, -1]), opset=13)
-    assert_same(got, X[1:3, 1:-1])
-    got = evaluate("Slice", X, np.array([-2]), np.array([0]), np.array([-1]), np.array([-1]))
-    assert_same(got, X[:, :, 3:0:-1])
-    empty = np.zeros((0, 3), np.float32)
-    got = evaluate("Slice", empty, np.array([5]), np.array([-9]), np.array([0]), np.array([-1]))
-    assert got.shape == (0, 3)
-
-
-def test_slice_before_opset_10_reads_attributes():
-    for opset in (1, 9):
-        kw = dict(starts=[0, -3], ends=[2, 100], axes=[0, 2])
-        got = evaluate("Slice", X, opset=opset, **kw)
-        assert_same(got, X[0:2, :, -3:])
-        assert_same(got, reference("Slice", X, opset=opset, **kw))
-    got = evaluate("Slice", X, opset=1, starts=[1], ends=[1000])
-    assert_same(got, X[1:])
-
-
-def test_slice_errors():
-    a = np.array
-    assert kind_of(lambda: evaluate("Slice", X, a([0]), a([1]), a([0]), a([0]))) == "invalid_input"
-    assert kind_of(lambda: evaluate("Slice", X, a([0, 0]), a([1]))) == "invalid_input"
-    assert (
-        kind_of(lambda: evaluate("Slice", X, a([0, 0]), a([1, 1]), a([1, -2]))) == "invalid_input"
-    )
-    assert kind_of(lambda: evaluate("Slice", X, a([0]), a([1]), a([3]))) == "invalid_input"
-    assert kind_of(lambda: kernel_for("Slice", opset=9, starts=[0])) == "invalid_model"
-
-
-def test_slice_with_run_time_starts_is_dynamic_and_constant_starts_static():
-    x = X.copy()
-    starts = np.array([-2], np.int64)
-    sess = session_for("Slice", {"x": x, "s": starts}, [ints("e", [-100]), ints("a", [2])], 13)
-    for s in ([-2], [4], [0]):
-        s = np.array(s, np.int64)
-        y = sess.run(None, {"x": x, "s": s})[0]
-        assert_same(y, spec_slice(x, [s[0]], [-100], [2], [1]))
-    assert not sess.cached_plans[0].static
-    sess = session_for(
-        "Slice", {"x": x}, [ints("s", [-1]), ints("e", [-100]), ints("a", [2]), ints("k", [-2])]
-    )
-    assert_same(sess.run(None, {"x": x})[0], x[:, :, ::-2])
-    assert sess.cached_plans[0].static
-
-
-# -- Gather, GatherElements, ScatterElements ----------------------------------------------------
-
-
-@pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
-@pytest.mark.parametrize("itype", [np.int64, np.int32])
-def test_gather_any_axis_negative_and_scalar_indices(axis, itype):
-    n = X.shape[axis]
-    for idx in (np.array([[0, -1], [n - 1, -n]]), np.array(-1), np.array(1), np.array([], int)):
-        idx = idx.astype(itype)
-        got = evaluate("Gather", X, idx, axis=axis)
-        assert_same(got, np.take(X, idx, axis=axis))
-    if ONNX >= (1, 23):
-        assert_same(got, reference("Gather", X, idx, axis=axis, opset=13))
-    else:  # onnx's reference Gather before 1.23 gives shape (0,) for any empty indices
-        assert_same(got, onnxruntime_run("Gather", X, idx, axis=axis, opset=13))
-
-
-def test_gather_out_of_range_index_is_invalid_input():
-    for idx in ([0, 3], [-4], [2**40]):
-        with pytest.raises(SessionError) as err:
-            evaluate("Gather", X, np.array(idx))
-        assert err.value.kind == "invalid_input"
-        assert "out of range" in str(err.value)
-    # run-time indices in a static plan: checked in every run, through bind
-    sess = session_for("Gather", {"x": X, "i": np.array([0, 1])}, axis=1)
-    assert_same(sess.run(None, {"x": X, "i": np.array([-4, 3])})[0], X[:, [0, 3]])
-    assert sess.cached_plans[0].static
-    with pytest.raises(SessionError) as err:
-        sess.run(None, {"x": X, "i": np.array([0, 4])})
-    assert err.value.kind == "invalid_input"
-    # constant indices: checked when the plan is made
-    with pytest.raises(SessionError) as err:
-        session_for("Gather", {"x": X}, [ints("i", [5])], axis=1).run(None, {"x": X})
-    assert err.value.kind == "invalid_input"
-
-
-def test_gather_elements_negative_indices_and_errors():
-    rng = np.random.default_rng(3)
-    for axis in (0, 1, 2, -1):
-        n = X.shape[axis]
-        shape = [2, 3, 4]
-        idx = rng.integers(-n, n, shape)
-        got = evaluate("GatherElements", X, idx, axis=axis)
-        # indices smaller than data off the axis read data's leading corner
-        corner = tuple(slice(0, s) if k != axis % 3 else slice(None) for k, s in enumerate(shape))
-        want = np.take_along_axis(X[corner], idx % n, axis=axis % 3)
-        assert_same(got, want)
-        sess = session_for("GatherElements", {"x": X, "i": idx}, axis=axis)
-        assert_same(sess.run(None, {"x": X, "i": idx})[0], want)
-    full = rng.integers(-3, 3, X.shape)
-    assert_same(evaluate("GatherElements", X, full), reference("GatherElements", X, full, opset=13))
-    for idx in (np.full((1, 1, 1), 3), np.full((1, 1, 1), -4)):
-        assert kind_of(lambda idx=idx: evaluate("GatherElements", X, idx)) == "invalid_input"
-    assert kind_of(lambda: evaluate("GatherElements", X, np.zeros((4, 1, 1), int), axis=1)) == (
-        "invalid_input"
-    )
-    assert kind_of(lambda: evaluate("GatherElements", X, np.zeros((1, 1), int))) == "invalid_input"
-
-
-@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
-def test_scatter_elements_matches_a_loop(reduction):
-    rng = np.random.default_rng(5)
-    data = rng.standard_normal((3, 4)).astype(np.float32)
-    for axis in (0, 1, -1):
-        n = data.shape[axis]
-        idx = rng.integers(-n, n, (2, 3))
-        if reduction == "none":  # repeated indices are undefined without a reduction
-            idx = np.array([[0, -1, 1], [1, 0, 2]] if axis == 0 else [[0, -1, 1], [3, 0, -2]])
-        upd = rng.standard_normal((2, 3)).astype(np.float32)
-        want = data.copy()
-        for i in range(2):
-            for j in range(3):
-                at = (idx[i, j] % n, j) if axis == 0 else (i, idx[i, j] % n)
-                f = {
-                    "none": lambda a, b: b,
-                    "add": np.add,
-                    "mul": np.multiply,
-                    "max": np.maximum,
-                    "min": np.minimum,
-                }[reduction]
-                want[at] = f(want[at], upd[i, j])
-        got = evaluate("ScatterElements", data, idx, upd, axis=axis, reduction=reduction)
-        assert_same(got, want)
-        # in place over data's storage, as a plan runs it when data dies here
-        kernel = kernel_for("ScatterElements", 18, 3, axis=axis, reduction=reduction)
-        d = data.copy()
-        ictx = InferContext(
-            [d.dtype, idx.dtype, upd.dtype], [d.shape, idx.shape, upd.shape], [None] * 3, 1
-        )
-        kernel.infer(ictx)
-        scratch = [np.full(s, 7, dt) for dt, s in ictx.scratch]
-        kernel.bind(KernelContext(ictx.prepared, scratch), [d, idx, upd], [d])()
-        assert_same(d, want)
-
-
-def test_scatter_elements_errors_and_old_reductions():
-    data = np.zeros((2, 2), np.float32)
-    assert kind_of(lambda: kernel_for("ScatterElements", 16, 3, reduction="max")) == (
-        "invalid_model"
-    )
-    bad = (data, np.array([[2]]), np.ones((1, 1), np.float32))
-    assert kind_of(lambda: evaluate("ScatterElements", *bad, opset=18)) == "invalid_input"
-    mismatch = (data, np.array([[0]]), np.ones((1, 2), np.float32))
-    assert kind_of(lambda: evaluate("ScatterElements", *mismatch)) == "invalid_input"
 
 
 # -- Concat, Split, Transpose, Tile ------------------------------------------------------------
