@@ -294,14 +294,13 @@ def _plan_memory(
     new_steps: list[Step] = []
     for index, st in enumerate(steps):
         node = st.node
+        uses = tuple(v for v in node.inputs if in_slab(v))
         if index in assembled:
             out = node.outputs[0]
             placed = {v: (out, at) for v, at in assembled[index].items()}
-            uses = tuple(v for v in node.inputs if in_slab(v))
             mem_steps.append(MemStep(defs={out: types[out].nbytes}, uses=uses, parts=placed))
             new_steps.append(dataclasses.replace(st, kind=ASSEMBLED))
             continue
-        uses = tuple(v for v in node.inputs if in_slab(v))
         if st.kind == DYNAMIC:
             mem_steps.append(MemStep(defs={}, uses=uses))
             new_steps.append(st)
@@ -356,7 +355,7 @@ def _assembled_steps(
         if st.kind != STATIC or len(node.outputs) != 1 or not in_slab(node.outputs[0]):
             continue
         out, ins = node.outputs[0], node.inputs
-        if out in taken or not ins or any(v < 0 or not in_slab(v) for v in ins):
+        if not ins or any(v < 0 or not in_slab(v) for v in ins):
             continue
         offsets = node.kernel.assembled_offsets([types[v].shape for v in ins], types[out].shape)
         if offsets is None:

@@ -75,6 +75,11 @@ class Residual:
     z_first: bool  # Add(Z, conv) rather than Add(conv, Z)
     grown: int | None  # scratch: the product, when Z broadcasts it to a larger Y
 
+    def add(self, product: np.ndarray, z: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
+        """The Add's own call: the same operands in the same order."""
+        pair = (z, product) if self.z_first else (product, z)
+        return functools.partial(np.add, *pair, out=out)
+
 
 @dataclasses.dataclass(frozen=True)
 class Epilogue:
@@ -128,9 +133,8 @@ def epilogue_calls(
     calls: list[Callable[[], Any]] = []
     if e.bias:
         calls.append(functools.partial(np.add, y, bias, out=y))
-    if e.residual is not None:  # the Add's own call: same operands, same order
-        pair = (z, y) if e.residual.z_first else (y, z)
-        calls.append(functools.partial(np.add, *pair, out=y))
+    if e.residual is not None:
+        calls.append(e.residual.add(y, z, y))
     kind = e.act.kind
     if kind == "Relu":
         if ctx.exact:  # unary.Relu in exact mode: max, then + 0 turns -0 into +0
@@ -195,11 +199,8 @@ class FusedConv(Conv):
             return functools.partial(call_all, [product, *epilogue_calls(ctx, e, y, z=z)])
         conv = ctx.scratch[e.residual.grown]
         product = super().program(ctx, inputs, [conv])
-        pair = (z, conv) if e.residual.z_first else (conv, z)
         tail = epilogue_calls(ctx, dataclasses.replace(e, residual=None), y)
-        return functools.partial(
-            call_all, [product, functools.partial(np.add, *pair, out=y), *tail]
-        )
+        return functools.partial(call_all, [product, e.residual.add(conv, z, y), *tail])
 
 
 class _FusedProduct:

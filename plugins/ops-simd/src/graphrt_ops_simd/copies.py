@@ -47,11 +47,6 @@ class Concat(NativeKernel):
         big = math.prod(out_shape) * 4 >= PARALLEL_BYTES
         ctx.prepared = _Plan(axis, tuple(used), big)
 
-    def assembled_offsets(
-        self, input_shapes: Sequence[tuple[int, ...]], output_shape: tuple[int, ...]
-    ) -> list[int] | None:
-        return self.base.assembled_offsets(input_shapes, output_shape)
-
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:

@@ -110,6 +110,12 @@ class NativeKernel(OpKernel):
     def fallback(self, ctx: InferContext) -> None:
         self.base.infer(ctx)
 
+    def assembled_offsets(
+        self, input_shapes: Sequence[tuple[int, ...]], output_shape: tuple[int, ...]
+    ) -> list[int] | None:
+        # a native kernel computes what its base computes: where the inputs lie is the base's
+        return self.base.assembled_offsets(input_shapes, output_shape)
+
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
