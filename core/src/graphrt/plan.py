@@ -11,6 +11,7 @@ bound kernel calls) are pooled per plan.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from typing import Any
 
@@ -58,7 +59,7 @@ class ValueType:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # Python ints: no int64 wrap
 
 
 class ExecutionPlan:

@@ -9,6 +9,7 @@ the program in order and hands back the output arrays (which the session copies 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,8 @@ class Arena:
         dtype = np.dtype(dtype)
         if dtype.hasobject:
             return np.empty(shape, dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # math.prod: exact Python ints (no int64 wrap) and ~10x cheaper than np.prod per call
+        nbytes = math.prod(shape) * dtype.itemsize
         start = self._used
         end = start + (nbytes + ALIGN - 1) // ALIGN * ALIGN
         if end > self._buf.size:
@@ -141,7 +143,7 @@ class RunState:
             self.contexts.append(kctx)
             ins = [values[v] if v >= 0 else None for v in node.inputs]
             outs = [values[v] if v >= 0 else None for v in node.outputs]
-            program.append((i, node.kernel.bind(kctx, ins, outs)))
+            program.append((i, _bind(node, kctx, ins, outs)))
             if after is not None:
                 program.append((i, after))
             if plan.debug and mem.freed_after[i]:
@@ -160,7 +162,8 @@ class RunState:
                 check_value(self.bindings, c, v.shape)
 
     def _slab_array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # math.prod: exact Python ints (no int64 wrap) and ~10x cheaper than np.prod per call
+        nbytes = math.prod(shape) * dtype.itemsize
         return self.slab[offset : offset + nbytes].view(dtype).reshape(shape)
 
     def _poison(self, blocks: list[tuple[int, int]]) -> None:
@@ -228,7 +231,7 @@ class RunState:
             if exc.node is None:
                 exc.node = self.plan.steps[self.step_index[i]].node.info.name
             raise
-        except (ValueError, IndexError, TypeError, KeyError) as exc:
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
             node = self.plan.steps[self.step_index[i]].node.info
             raise SessionError(
                 "invalid_input", f"{node.label} failed: {type(exc).__name__}: {exc}", node=node.name
@@ -295,6 +298,22 @@ class RunState:
             return self.run(feeds)
         finally:
             self.program = saved
+
+
+def _bind(node: Any, kctx: KernelContext, ins: list, outs: list) -> Any:
+    """The step's bound call; a kernel that fails while binding fails like one that fails while
+    running: a SessionError naming the node, never a raw exception."""
+    try:
+        return node.kernel.bind(kctx, ins, outs)
+    except SessionError as exc:
+        if exc.node is None:
+            exc.node = node.info.name
+        raise
+    except Exception as exc:
+        info = node.info
+        raise SessionError(
+            "invalid_input", f"{info.label} failed: {type(exc).__name__}: {exc}", node=info.name
+        ) from exc
 
 
 def _checked(f: Any, token: Any, check: Any) -> Any:
