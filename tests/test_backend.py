@@ -1,9 +1,11 @@
 """onnx's backend test suite through graphrt.backend (node cases and the shipped data folders).
 
-Cases whose operators no installed plugin provides are skipped with the reason
-``unsupported operator: Type (opset N)`` (visible in ``pytest -rs``), never dropped; every other
-known failure is listed in EXPECTED_FAILURES with its reason and marked strict xfail in
-conftest.py, so a fix shows up as an unexpected pass.
+Every operator the suite exercises must be in some plugin's table, except those another open
+issue owns: DEFERRED_OPERATORS lists them with the issue and reason. A case whose only missing
+operators are deferred is skipped with ``unsupported operator: Type (opset N)`` (visible in
+``pytest -rs``); a case missing any other operator fails, so an operator that disappears from
+the table shows up as a failure. Every other known failure is listed in EXPECTED_FAILURES with
+its reason and marked strict xfail in conftest.py, so a fix shows up as an unexpected pass.
 """
 
 from __future__ import annotations
@@ -32,9 +34,64 @@ class _TestBackend(GraphrtBackend):
             return super().prepare(model, device, **kwargs)
         except SessionError as exc:
             if exc.kind == "unsupported_operator" and exc.operators:
-                reason = "unsupported operator: " + ", ".join(exc.operators)
-                raise unittest.SkipTest(reason) from exc
+                missing = [op.rsplit(" (opset", 1)[0] for op in exc.operators]
+                if all(op in DEFERRED_OPERATORS for op in missing):
+                    reason = "unsupported operator: " + ", ".join(exc.operators)
+                    raise unittest.SkipTest(reason) from exc
             raise
+
+
+_SEQUENCE = "issue 12 (the attention family)"
+_QUANTIZATION = "issue 17 (quantized and low-precision models)"
+_ML = "issue 18 (graphrt-ops-ml: the ai.onnx.ml domain and the string operators)"
+
+#: Operators no plugin provides yet, each owned by an open issue: their cases are skipped.  Any
+#: other missing operator fails its case.  tests/test_backend_coverage.py checks that each of
+#: these is really missing, so the list shrinks when an issue lands.
+DEFERRED_OPERATORS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "Attention",
+            "RotaryEmbedding",
+            "RMSNormalization",
+            "LinearAttention",
+            "CausalConvWithState",
+            "SwiGLU",
+            "ai.onnx.preview.FlexAttention",
+        ],
+        _SEQUENCE,
+    ),
+    **dict.fromkeys(
+        [
+            "QuantizeLinear",
+            "DequantizeLinear",
+            "DynamicQuantizeLinear",
+            "QLinearMatMul",
+            "QLinearConv",
+            "MatMulInteger",
+            "ConvInteger",
+        ],
+        _QUANTIZATION,
+    ),
+    **dict.fromkeys(
+        [
+            "StringNormalizer",
+            "StringConcat",
+            "StringSplit",
+            "RegexFullMatch",
+            "ai.onnx.ml.ArrayFeatureExtractor",
+            "ai.onnx.ml.Binarizer",
+            "ai.onnx.ml.LabelEncoder",
+            "ai.onnx.ml.TreeEnsemble",
+        ],
+        _ML,
+    ),
+    "ai.onnx.preview.training.Gradient": (
+        "issue 11 takes Gradient only where onnx's reference evaluator defines it, and it does "
+        "not: the operator differentiates the graph around it (xs to y), which needs a core "
+        "pass that runs at every optimization level; no issue owns it yet"
+    ),
+}
 
 
 #: Known failures: test-name regex -> reason.  Kept strict: a case that starts passing fails.
@@ -48,9 +105,30 @@ EXPECTED_FAILURES: dict[str, str] = {
         "training-mode Dropout masks come from numpy's Generator; onnx drew the expected masks "
         "with the legacy np.random.seed stream, so random masks cannot match bit for bit"
     ),
+    r"^test_bernoulli_seed(_expanded)?_cpu$": (
+        "Bernoulli's expected outputs are onnx's np.random.binomial draws (the legacy "
+        "np.random.seed(0) stream, after drawing the inputs); graphrt draws from a per-kernel "
+        "PCG64 Generator seeded by the node's seed, so the 10 random bits cannot match. "
+        "tests/ops/test_training.py checks Bernoulli's seeding, statistics, dtypes and shapes"
+    ),
+}
+
+#: Known failures that may pass by chance: test-name regex -> reason; marked non-strict xfail.
+RANDOM_OUTPUTS: dict[str, str] = {
+    r"^test_bernoulli(_double)?(_expanded)?_cpu$": (
+        "an unseeded Bernoulli draws fresh entropy in every session, so its 10 random bits match "
+        "onnx's recorded draw only by chance (probability about 0.6%); "
+        "tests/ops/test_training.py checks its statistics, dtypes and shapes"
+    ),
 }
 
 if NUMPY < (2, 0):
+    EXPECTED_FAILURES[r"^test_dft_inverse(_opset19)?_cpu$"] = (
+        "numpy 1 only: onnx recorded these expected outputs in single precision (imaginary "
+        "parts of about 1e-6 where the exact value is 0); numpy 1's FFT computes in double and "
+        "gives about 1e-15, which misses the runner's atol of 1e-7. tests/ops/test_signal.py "
+        "checks the inverse DFT against float64 formulas"
+    )
     EXPECTED_FAILURES[
         r"^test_cast(like)?_(no_saturate_|e8m0_)?FLOAT(16)?_to_"
         r"(BFLOAT16|FLOAT8E4M3FN(UZ)?|FLOAT8E5M2FNUZ|FLOAT4E2M1|FLOAT8E8M0)(_expanded)?_cpu$"

@@ -151,3 +151,32 @@ OPERATORS += [
     # LayerNormalization for models of opsets before 17 (norm.py)
     OpDef("LayerNormalization", norm.LayerNormalization, domain=GRAPHRT),
 ]
+
+# == family: math == (trigonometric and hyperbolic, rounding, tests, bitwise, more activations,
+# more normalizations)
+# == end: math ==
+
+# == family: reduce == (more reductions, arg and top-k search, unique, cumulative, linear algebra)
+# == end: reduce ==
+
+# == family: indexing == (N-d gathers and scatters, masks, one-hot, triangles, layout moves)
+# == end: indexing ==
+
+# == family: resample == (Resize, Upsample, GridSample, AffineGrid)
+# == end: resample ==
+
+# == family: detection == (RoiAlign, NonMaxSuppression, DeformConv, Col2Im, MaxUnpool,
+# CenterCropPad)
+# == end: detection ==
+
+# == family: signal == (DFT, STFT, windows, MelWeightMatrix, ImageDecoder, TfIdfVectorizer)
+# == end: signal ==
+
+# == family: training == (losses, optimizers, random generators)
+# == end: training ==
+
+# == family: sequence == (RNN, LSTM, GRU and the attention family: issue 12)
+# == end: sequence ==
+
+# == family: attention == (the attention family: issue 12)
+# == end: attention ==
