@@ -39,7 +39,7 @@ def _compute_type(dtype: np.dtype) -> np.dtype:
     return np.dtype(dtype) if np.dtype(dtype) in (np.float32, np.float64) else np.dtype("f4")
 
 
-class _Programmed(Programmed):
+class ProgramOfCalls(Programmed):
     """Kernels whose program is one list of calls (:meth:`calls`).
 
     Y may take X's storage: every element of X is read before (or as) Y's is written.
@@ -68,7 +68,7 @@ class _BatchPlan:
     nan: int | None = None  # exact mode: scratch mask (X's shape) of the canonical-NaN rewrite
 
 
-class BatchNormalization(_Programmed):
+class BatchNormalization(ProgramOfCalls):
     """Inference, or training statistics when the node asks for them.
 
     Training is ``training_mode=1`` from opset 14; before, a node with more outputs than Y is a
@@ -202,7 +202,7 @@ def _fold(scale, bias, mean, var, eps: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _RowPlan:
+class RowPlan:
     """Statistics over rows of a (rows, elements) view of X."""
 
     rows: int
@@ -229,7 +229,7 @@ def _row_dots(cen: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
     return functools.partial(np.matmul, cen[:, None, :], cen[:, :, None], out=out[:, None, None])
 
 
-def _row_plan(ctx: InferContext, rows: int, size: int, ct: np.dtype, eps: float) -> _RowPlan:
+def row_plan(ctx: InferContext, rows: int, size: int, ct: np.dtype, eps: float) -> RowPlan:
     centred = ctx.add_scratch(ct, (rows, size)) if ct != ctx.dtype(0) else None
     square = nan = nan_rows = None
     if ctx.exact:
@@ -237,7 +237,7 @@ def _row_plan(ctx: InferContext, rows: int, size: int, ct: np.dtype, eps: float)
         nan_rows = ctx.add_scratch(np.bool_, (rows,))
         if ctx.dtype(0) in _CANONICAL_NAN:
             nan = ctx.add_scratch(np.bool_, ctx.shape(0))
-    return _RowPlan(
+    return RowPlan(
         rows, size, ctx.add_scratch(ct, (rows,)), ctx.add_scratch(ct, (rows,)), centred,
         constant(ct, size), constant(ct, eps), square, nan, nan_rows,
     )  # fmt: skip
@@ -254,15 +254,15 @@ def _squares_in_order(cen: np.ndarray, acc: np.ndarray, square: np.ndarray) -> N
         np.add(acc, square, out=acc)
 
 
-def _exact_finish(ctx: KernelContext, p: _RowPlan, y: np.ndarray) -> list[Callable[[], Any]]:
+def exact_finish(ctx: KernelContext, p: RowPlan, y: np.ndarray) -> list[Callable[[], Any]]:
     """Exact mode: the canonical-NaN rewrite of Y."""
     if p.nan is None:
         return []
     return [functools.partial(rewrite_nan, y, ctx.scratch[p.nan])]
 
 
-def _normalize_rows(
-    ctx: KernelContext, p: _RowPlan, x: np.ndarray, y: np.ndarray
+def normalize_rows(
+    ctx: KernelContext, p: RowPlan, x: np.ndarray, y: np.ndarray
 ) -> tuple[list[Callable[[], Any]], np.ndarray]:
     """Calls leaving (x - mean) / sqrt(var + eps) per row in the returned (rows, size) array."""
     x2 = x.reshape(p.rows, p.size)
@@ -288,7 +288,7 @@ def _normalize_rows(
     return calls, cen
 
 
-class InstanceNormalization(_Programmed):
+class InstanceNormalization(ProgramOfCalls):
     """y = scale[c] * (x - mean) / sqrt(var + eps) + B[c], statistics per image and channel."""
 
     supports_exact = True
@@ -304,23 +304,23 @@ class InstanceNormalization(_Programmed):
                 raise self.fail(f"input {i} must have shape [{x[1]}]", "invalid_input")
         ctx.set_output(0, dtype, x)
         eps = self.node.attr("epsilon", 1e-5)
-        ctx.prepared = _row_plan(ctx, x[0] * x[1], math.prod(x[2:]), _compute_type(dtype), eps)
+        ctx.prepared = row_plan(ctx, x[0] * x[1], math.prod(x[2:]), _compute_type(dtype), eps)
 
     def calls(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> list[Callable[[], Any]]:
-        p: _RowPlan = ctx.prepared
+        p: RowPlan = ctx.prepared
         x, scale, bias = inputs
         y = outputs[0]
-        calls, cen = _normalize_rows(ctx, p, x, y)
+        calls, cen = normalize_rows(ctx, p, x, y)
         n, c = x.shape[:2]
         cen3, y3 = cen.reshape(n, c, -1), y.reshape(n, c, -1)
         calls.append(functools.partial(np.multiply, cen3, scale[:, None], out=cen3))
         calls.append(functools.partial(np.add, cen3, bias[:, None], out=y3, casting="unsafe"))
-        return calls + _exact_finish(ctx, p, y)
+        return calls + exact_finish(ctx, p, y)
 
 
-class LayerNormalization(_Programmed):
+class LayerNormalization(ProgramOfCalls):
     """Normalises over the axes from ``axis`` on; Mean and InvStdDev are optional outputs in
     the stash type (float32 unless ``stash_type`` says otherwise)."""
 
@@ -349,7 +349,7 @@ class LayerNormalization(_Programmed):
         ctx.set_output(2, stash, stat)
         ct = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
         eps = self.node.attr("epsilon", 1e-5)
-        ctx.prepared = (_row_plan(ctx, math.prod(x[:axis]), math.prod(norm), ct, eps), norm)
+        ctx.prepared = (row_plan(ctx, math.prod(x[:axis]), math.prod(norm), ct, eps), norm)
 
     def calls(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -357,7 +357,7 @@ class LayerNormalization(_Programmed):
         p, norm = ctx.prepared
         x, scale, y = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
-        calls, cen = _normalize_rows(ctx, p, x, y)
+        calls, cen = normalize_rows(ctx, p, x, y)
         cen_n, y_n = cen.reshape(p.rows, *norm), y.reshape(p.rows, *norm)
         if bias is None:
             calls.append(functools.partial(np.multiply, cen_n, scale, out=y_n, casting="unsafe"))
@@ -371,10 +371,10 @@ class LayerNormalization(_Programmed):
                 if p.nan_rows is not None and out.dtype in _CANONICAL_NAN:
                     mask = ctx.scratch[p.nan_rows]
                     calls.append(functools.partial(rewrite_nan, stat, mask))
-        return calls + _exact_finish(ctx, p, y)
+        return calls + exact_finish(ctx, p, y)
 
 
-class LRN(_Programmed):
+class LRN(ProgramOfCalls):
     """y = x / (bias + alpha / size * sum of x^2 over nearby channels) ** beta.
 
     The window over channels c spans c - floor((size - 1) / 2) to c + ceil((size - 1) / 2),

@@ -154,6 +154,45 @@ OPERATORS += [
 
 # == family: math == (trigonometric and hyperbolic, rounding, tests, bitwise, more activations,
 # more normalizations)
+from . import bitwise, normalize, trig  # noqa: E402
+
+OPERATORS += [
+    # trigonometric and hyperbolic (trig.py)
+    OpDef("Sin", trig.Sin, since=7),
+    OpDef("Cos", trig.Cos, since=7),
+    OpDef("Tan", trig.Tan, since=7),
+    OpDef("Asin", trig.Asin, since=7),
+    OpDef("Acos", trig.Acos, since=7),
+    OpDef("Atan", trig.Atan, since=7),
+    OpDef("Sinh", trig.Sinh, since=9),
+    OpDef("Cosh", trig.Cosh, since=9),
+    OpDef("Asinh", trig.Asinh, since=9),
+    OpDef("Acosh", trig.Acosh, since=9),
+    OpDef("Atanh", trig.Atanh, since=9),
+    # rounding and float class tests (unary.py)
+    OpDef("Round", unary.Round, since=11),
+    OpDef("IsNaN", unary.IsNaN, since=9),
+    OpDef("IsInf", unary.IsInf, since=10),
+    # bitwise operators and BitCast (bitwise.py)
+    OpDef("BitwiseAnd", bitwise.BitwiseAnd, since=18),
+    OpDef("BitwiseOr", bitwise.BitwiseOr, since=18),
+    OpDef("BitwiseXor", bitwise.BitwiseXor, since=18),
+    OpDef("BitwiseNot", bitwise.BitwiseNot, since=18),
+    OpDef("BitCast", bitwise.BitCast, since=26),
+    # more activations (activation.py)
+    OpDef("PRelu", activation.PRelu),
+    OpDef("Celu", activation.Celu, since=12),
+    OpDef("Shrink", activation.Shrink, since=9),
+    OpDef("Softsign", activation.Softsign),
+    OpDef("ThresholdedRelu", activation.ThresholdedRelu, since=10),
+    OpDef("HardSwish", activation.HardSwish, since=14),
+    OpDef("Mish", activation.Mish, since=18),
+    OpDef("Swish", activation.Swish, since=24),
+    # more normalizations (normalize.py)
+    OpDef("LpNormalization", normalize.LpNormalization),
+    OpDef("GroupNormalization", normalize.GroupNormalization, since=18),
+    OpDef("MeanVarianceNormalization", normalize.MeanVarianceNormalization, since=9),
+]
 # == end: math ==
 
 # == family: reduce == (more reductions, arg and top-k search, unique, cumulative, linear algebra)

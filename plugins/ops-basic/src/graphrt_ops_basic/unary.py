@@ -6,6 +6,7 @@ writes ``out``; temporaries are scratch arrays asked for in ``infer`` and consta
 arrays (:func:`constant`), so a run allocates nothing.  numpy's transcendental functions
 differ between machines, so exact mode computes Exp, Tanh, Sigmoid and Erf with our own
 algorithms (:mod:`._exact_math`, docs/exact-mode.md); Log and Softplus are not exact.
+Round (rint, one IEEE operation), IsNaN and IsInf (no arithmetic) are exact.
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.dtypes import name_of
+from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
 from . import _exact_math as em
 from ._erf import WORK_ARRAYS, compute_dtype, erf_into
-from ._util import constant, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
+from ._util import (
+    constant,
+    is_float,
+    needs_nan_rewrite,
+    rewrite_nan,
+    zero_of,
+    zeros_like_shape,
+)
 
 
 class Unary(OpKernel):
@@ -337,3 +346,83 @@ class Erf(Unary):
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         return functools.partial(self.run, ctx, inputs, outputs)
+
+
+# -- rounding and tests of the float classes (the math family) ---------------------------------
+
+
+def require_float(
+    kernel: OpKernel, ctx: InferContext, what: str = "X", integers: bool = False
+) -> None:
+    """ONNX's type constraint on input 0 (floats, or ``integers`` too), checked in ``infer``:
+    another type fails with a message naming the node, where numpy would fail in the middle of
+    a run or compute in another type."""
+    dtype = ctx.dtype(0)
+    if not (is_float(dtype) or (integers and dtype.kind in "iu")):
+        kind = "numeric" if integers else "float"
+        raise kernel.fail(f"{what} must be a {kind} tensor, got {name_of(dtype)}", "invalid_input")
+
+
+class FloatUnary(Unary):
+    """A Unary over the float types only."""
+
+    def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)
+        super().infer(ctx)
+
+
+class Round(FloatUnary):
+    """Round half to even: numpy's rint (roundToIntegralTiesToEven), integral values, +-0,
+    +-inf and NaN unchanged.  Exact: one IEEE operation, NaN made canonical."""
+
+    ufunc = np.rint
+    supports_exact = True
+
+
+class _FloatTest(OpKernel):
+    """A bool tensor of X's shape from a float class test: exact (no arithmetic at all)."""
+
+    supports_exact = True
+
+    def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)
+        ctx.set_output(0, np.bool_, ctx.shape(0))
+
+
+class IsNaN(_FloatTest):
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        np.isnan(inputs[0], out=outputs[0])
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        return functools.partial(np.isnan, inputs[0], out=outputs[0])
+
+
+class IsInf(_FloatTest):
+    """+-inf (both by default), +inf only or -inf only; neither detected gives all False.
+
+    One side is ``x == +-inf``: the float8 types without an infinity compare with their NaN
+    (the conversion of inf) and give False, as they should.
+    """
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        flags = []
+        for name in ("detect_positive", "detect_negative"):
+            value = node.attr(name, 1)
+            if value not in (0, 1):
+                raise self.fail(f"{name} must be 0 or 1, got {value!r}")
+            flags.append(bool(value))
+        sides = {(True, True): "both", (True, False): "+", (False, True): "-"}
+        self.sides = sides.get(tuple(flags), "none")
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        self.bind(ctx, inputs, outputs)()
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        x, out = inputs[0], outputs[0]
+        if self.sides == "both":
+            return functools.partial(np.isinf, x, out=out)
+        if self.sides == "none":
+            return functools.partial(out.fill, False)
+        inf = constant(x.dtype, math.inf if self.sides == "+" else -math.inf)
+        return functools.partial(np.equal, x, inf, out=out)
