@@ -212,6 +212,24 @@ OPERATORS += [
 # == end: signal ==
 
 # == family: training == (losses, optimizers, random generators)
+from . import generators, loss, optimizers  # noqa: E402
+
+OPERATORS += [
+    # losses (loss.py)
+    OpDef("NegativeLogLikelihoodLoss", loss.NegativeLogLikelihoodLoss, since=12),
+    OpDef("SoftmaxCrossEntropyLoss", loss.SoftmaxCrossEntropyLoss, since=12),
+    # optimizers of ai.onnx.preview.training (optimizers.py)
+    OpDef("Adagrad", optimizers.Adagrad, domain=optimizers.DOMAIN),
+    OpDef("Adam", optimizers.Adam, domain=optimizers.DOMAIN),
+    OpDef("Momentum", optimizers.Momentum, domain=optimizers.DOMAIN),
+    # random generators, never folded (generators.py)
+    OpDef("RandomNormal", generators.RandomNormal),
+    OpDef("RandomUniform", generators.RandomUniform),
+    OpDef("RandomNormalLike", generators.RandomNormalLike),
+    OpDef("RandomUniformLike", generators.RandomUniformLike),
+    OpDef("Multinomial", generators.Multinomial, since=7),
+    OpDef("Bernoulli", generators.Bernoulli, since=15),
+]
 # == end: training ==
 
 # == family: sequence == (RNN, LSTM, GRU and the attention family: issue 12)
