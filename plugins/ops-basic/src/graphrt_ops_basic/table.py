@@ -233,6 +233,14 @@ OPERATORS += [
 # == end: training ==
 
 # == family: sequence == (RNN, LSTM, GRU and the attention family: issue 12)
+from . import rnn  # noqa: E402
+
+OPERATORS += [
+    # recurrent layers, every opset: 1, 3 (GRU), 7, 14 (layout), 22 (rnn.py, rnn_cells.py)
+    OpDef("RNN", rnn.RNN),
+    OpDef("GRU", rnn.GRU),
+    OpDef("LSTM", rnn.LSTM),
+]
 # == end: sequence ==
 
 # == family: attention == (the attention family: issue 12)
