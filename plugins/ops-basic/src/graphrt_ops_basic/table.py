@@ -202,6 +202,16 @@ OPERATORS += [
 # == end: indexing ==
 
 # == family: resample == (Resize, Upsample, GridSample, AffineGrid)
+from . import grid, resize  # noqa: E402
+
+OPERATORS += [
+    # separable interpolation (resize.py, resize_taps.py)
+    OpDef("Resize", resize.Resize, since=10),
+    OpDef("Upsample", resize.Upsample, since=7, until=9),
+    # sampling at the positions of a flow field (grid.py)
+    OpDef("GridSample", grid.GridSample, since=16),
+    OpDef("AffineGrid", grid.AffineGrid, since=20),
+]
 # == end: resample ==
 
 # == family: detection == (RoiAlign, NonMaxSuppression, DeformConv, Col2Im, MaxUnpool,
