@@ -41,7 +41,6 @@ class _TestBackend(GraphrtBackend):
             raise
 
 
-_SEQUENCE = "issue 12 (the attention family)"
 _QUANTIZATION = "issue 17 (quantized and low-precision models)"
 _ML = "issue 18 (graphrt-ops-ml: the ai.onnx.ml domain and the string operators)"
 
@@ -49,18 +48,6 @@ _ML = "issue 18 (graphrt-ops-ml: the ai.onnx.ml domain and the string operators)
 #: other missing operator fails its case.  tests/test_backend_coverage.py checks that each of
 #: these is really missing, so the list shrinks when an issue lands.
 DEFERRED_OPERATORS: dict[str, str] = {
-    **dict.fromkeys(
-        [
-            "Attention",
-            "RotaryEmbedding",
-            "RMSNormalization",
-            "LinearAttention",
-            "CausalConvWithState",
-            "SwiGLU",
-            "ai.onnx.preview.FlexAttention",
-        ],
-        _SEQUENCE,
-    ),
     **dict.fromkeys(
         [
             "QuantizeLinear",

@@ -254,4 +254,28 @@ OPERATORS += [
 # == end: sequence ==
 
 # == family: attention == (the attention family: issue 12)
+from . import (  # noqa: E402
+    attention,
+    causal_conv,
+    flex_attention,
+    linear_attention,
+    rms_norm,
+    rotary,
+    swiglu,
+)
+
+OPERATORS += [
+    # scaled dot-product attention, opsets 23-25 (attention.py, attention_mask.py)
+    OpDef("Attention", attention.Attention, since=23),
+    OpDef("FlexAttention", flex_attention.FlexAttention, domain=flex_attention.DOMAIN),
+    # recurrent linear attention and the causal depthwise convolution before it
+    # (linear_attention.py, causal_conv.py)
+    OpDef("LinearAttention", linear_attention.LinearAttention, since=27),
+    OpDef("CausalConvWithState", causal_conv.CausalConvWithState, since=27),
+    # positions, normalization and gating of transformer blocks (rotary.py, rms_norm.py,
+    # swiglu.py)
+    OpDef("RotaryEmbedding", rotary.RotaryEmbedding, since=23),
+    OpDef("RMSNormalization", rms_norm.RMSNormalization, since=23),
+    OpDef("SwiGLU", swiglu.SwiGLU, since=28),
+]
 # == end: attention ==
