@@ -5,6 +5,10 @@ an optional input from then on, where ``noop_with_empty_axes=1`` makes absent or
 mean "return the input" instead of "reduce everything".  A reduction over no elements gives the
 operator's identity: 0, 1, -inf (or the type's minimum, False) for Max, +inf (maximum, True)
 for Min; ReduceMean of nothing is NaN (0 / 0).  Not exact: numpy sums pairwise.
+
+ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum and ReduceLogSumExp add element-wise steps
+before and after the sum (:class:`_Composite`); with ``noop_with_empty_axes`` only the steps
+run.  Empty sums give 0 (L1, L2, SumSquare) or -inf (LogSum, LogSumExp).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, OpKernel
 
-from ._util import constant, is_float, normalize_axis, same_storage
+from ._util import constant, is_float, normalize_axis, same_storage, zero_of
+from ._values import reshaped
+from .search import check_numeric
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,3 +152,157 @@ class ReduceMin(Reduce):
         if dtype == np.bool_:
             return True
         return np.inf if is_float(dtype) else np.iinfo(dtype).max
+
+
+# -- reductions with steps before and after the sum --------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _CompositePlan:
+    axes: tuple[int, ...]  # () for noop_with_empty_axes: the steps still apply (Square, Log)
+    keep: tuple[int, ...]  # the output's shape with the reduced axes kept at 1
+    identity: Any  # what an empty reduction gives, or None
+    work: int | None  # scratch: the input's shape in the compute type (|x|, x*x, exp)
+    acc: int | None  # scratch: ``keep`` in the compute type when it differs from the output's
+    shift: tuple[int, int] | None  # scratch: ``keep``, ReduceLogSumExp's maximum and a mask
+
+
+def compute_type(dtype: np.dtype, integer_float: bool) -> np.dtype:
+    """float16/bfloat16 compute in float32 (rounded once at the end); integers in float64 where
+    a square root or a logarithm follows (``integer_float``), else in their own type."""
+    dtype = np.dtype(dtype)
+    if is_float(dtype):
+        return dtype if dtype in (np.float32, np.float64) else np.dtype(np.float32)
+    return np.dtype(np.float64) if integer_float else dtype
+
+
+class _Composite(Reduce):
+    """``after(sum(before(x)))`` over the axes: ReduceL1, ReduceL2, ReduceSumSquare,
+    ReduceLogSum, ReduceLogSumExp.
+
+    ``noop_with_empty_axes`` reduces over no axis, so only the steps remain (ReduceSumSquare
+    squares, ReduceLogSum takes the log), as the operators' text says.  The work runs in the
+    compute type (:func:`compute_type`): ``before`` reads the input and writes its step into a
+    scratch array in that type (one pass, the cast included), the sum reads the input itself
+    when there is no step, and the result is rounded once into the output.
+    """
+
+    ufunc = np.add
+    #: Integer inputs compute in float64 (a square root or logarithm follows the sum).
+    integer_float: ClassVar[bool] = False
+    #: The input goes through an element-wise step before the sum.
+    transforms: ClassVar[bool] = True
+    #: Subtracts the maximum first (ReduceLogSumExp).
+    shifts: ClassVar[bool] = False
+
+    def infer(self, ctx: InferContext) -> None:
+        check_numeric(self, ctx.dtype(0))
+        super().infer(ctx)
+        p: _Plan = ctx.prepared
+        dtype, shape = ctx.dtype(0), ctx.shape(0)
+        axes = () if p.axes is None else p.axes
+        keep = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        ct = compute_type(dtype, self.integer_float)
+        work = ctx.add_scratch(ct, shape) if self.transforms else None
+        acc = ctx.add_scratch(ct, keep) if ct != dtype else None
+        shift = None
+        if self.shifts:
+            shift = (ctx.add_scratch(ct, keep), ctx.add_scratch(np.bool_, keep))
+        ctx.prepared = _CompositePlan(axes, keep, p.identity, work, acc, shift)
+
+    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        p: _CompositePlan = ctx.prepared
+        x, out = inputs[0], outputs[0]
+        if out.size == 0:
+            return
+        out = reshaped(out, p.keep)
+        if p.identity is not None:
+            out.fill(p.identity)
+            return
+        acc = out if p.acc is None else ctx.scratch[p.acc]
+        shift = None if p.shift is None else [ctx.scratch[i] for i in p.shift]
+        terms = x if p.work is None else self.before(x, ctx.scratch[p.work], shift, p.axes)
+        np.add.reduce(terms, axis=p.axes, keepdims=True, out=acc, dtype=acc.dtype)
+        self.after(acc, shift)
+        if acc is not out:
+            np.copyto(out, acc, casting="unsafe")
+
+    def before(
+        self, x: np.ndarray, work: np.ndarray, shift: list | None, axes: tuple[int, ...]
+    ) -> np.ndarray:
+        """The element-wise step of x, computed in work's type into work; returns the terms."""
+        return x
+
+    def after(self, acc: np.ndarray, shift: list | None) -> None:
+        """The step on the sums, in place."""
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        return functools.partial(self.run, ctx, inputs, outputs)
+
+    def identity(self, dtype: np.dtype) -> Any:
+        return 0
+
+
+class ReduceL1(_Composite):
+    """sum(|x|)."""
+
+    def before(
+        self, x: np.ndarray, work: np.ndarray, shift: list | None, axes: tuple[int, ...]
+    ) -> np.ndarray:
+        if x.dtype.kind == "u" and work.dtype == x.dtype:
+            return x
+        return np.abs(x, out=work, dtype=work.dtype)
+
+
+class ReduceSumSquare(_Composite):
+    """sum(x * x)."""
+
+    def before(
+        self, x: np.ndarray, work: np.ndarray, shift: list | None, axes: tuple[int, ...]
+    ) -> np.ndarray:
+        return np.multiply(x, x, out=work, dtype=work.dtype)
+
+
+class ReduceL2(ReduceSumSquare):
+    """sqrt(sum(x * x)); integer inputs truncate the root."""
+
+    integer_float = True
+
+    def after(self, acc: np.ndarray, shift: list | None) -> None:
+        np.sqrt(acc, out=acc)
+
+
+class ReduceLogSum(_Composite):
+    """log(sum(x)); the sum of nothing is 0, so an empty reduction gives -inf."""
+
+    integer_float = True
+    transforms = False
+
+    def identity(self, dtype: np.dtype) -> Any:
+        return -np.inf if is_float(dtype) else np.iinfo(dtype).min
+
+    def after(self, acc: np.ndarray, shift: list | None) -> None:
+        np.log(acc, out=acc)
+
+
+class ReduceLogSumExp(ReduceLogSum):
+    """log(sum(exp(x - m))) + m with m the maximum, so exp never overflows; a maximum that is
+    not finite (all -inf, some +inf, NaN) shifts by 0 instead, which gives -inf, +inf, NaN."""
+
+    transforms = True
+    shifts = True
+
+    def before(
+        self, x: np.ndarray, work: np.ndarray, shift: list | None, axes: tuple[int, ...]
+    ) -> np.ndarray:
+        m, mask = shift
+        np.maximum.reduce(x, axis=axes, keepdims=True, out=m, dtype=m.dtype)
+        np.isfinite(m, out=mask)
+        np.logical_not(mask, out=mask)
+        np.copyto(m, zero_of(m.dtype), where=mask)
+        np.subtract(x, m, out=work, dtype=work.dtype)
+        return np.exp(work, out=work)
+
+    def after(self, acc: np.ndarray, shift: list | None) -> None:
+        np.log(acc, out=acc)
+        np.add(acc, shift[0], out=acc)

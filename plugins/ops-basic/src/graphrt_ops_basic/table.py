@@ -196,6 +196,27 @@ OPERATORS += [
 # == end: math ==
 
 # == family: reduce == (more reductions, arg and top-k search, unique, cumulative, linear algebra)
+from . import cumulative, linalg, search, unique  # noqa: E402
+
+OPERATORS += [
+    # reductions with steps before and after the sum (reduce.py)
+    OpDef("ReduceL1", reduce.ReduceL1),
+    OpDef("ReduceL2", reduce.ReduceL2),
+    OpDef("ReduceSumSquare", reduce.ReduceSumSquare),
+    OpDef("ReduceLogSum", reduce.ReduceLogSum),
+    OpDef("ReduceLogSumExp", reduce.ReduceLogSumExp),
+    # positions of extremes (search.py)
+    OpDef("ArgMax", search.ArgMax),
+    OpDef("ArgMin", search.ArgMin),
+    OpDef("TopK", search.TopK),
+    # distinct values (unique.py), running sums and products (cumulative.py)
+    OpDef("Unique", unique.Unique, since=11),
+    OpDef("CumSum", cumulative.CumSum, since=11),
+    OpDef("CumProd", cumulative.CumProd, since=26),
+    # linear algebra (linalg.py)
+    OpDef("Det", linalg.Det, since=11),
+    OpDef("Einsum", linalg.Einsum, since=12),
+]
 # == end: reduce ==
 
 # == family: indexing == (N-d gathers and scatters, masks, one-hot, triangles, layout moves)
@@ -277,5 +298,9 @@ OPERATORS += [
     OpDef("RotaryEmbedding", rotary.RotaryEmbedding, since=23),
     OpDef("RMSNormalization", rms_norm.RMSNormalization, since=23),
     OpDef("SwiGLU", swiglu.SwiGLU, since=28),
+    # the same kernels for the fusion passes of models before opset 23 (fusion/attention.py,
+    # fusion/rms_norm.py)
+    OpDef("Attention", attention.Attention, domain=GRAPHRT),
+    OpDef("RMSNormalization", rms_norm.RMSNormalization, domain=GRAPHRT),
 ]
 # == end: attention ==
