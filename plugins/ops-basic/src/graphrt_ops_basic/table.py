@@ -240,6 +240,22 @@ OPERATORS += [
 # == end: detection ==
 
 # == family: signal == (DFT, STFT, windows, MelWeightMatrix, ImageDecoder, TfIdfVectorizer)
+from . import image, spectral, tfidf, windows  # noqa: E402
+
+OPERATORS += [
+    # Fourier transforms (spectral.py)
+    OpDef("DFT", spectral.DFT, since=17),
+    OpDef("STFT", spectral.STFT, since=17),
+    # windows and mel filters, computed per plan (windows.py)
+    OpDef("HannWindow", windows.HannWindow, since=17),
+    OpDef("HammingWindow", windows.HammingWindow, since=17),
+    OpDef("BlackmanWindow", windows.BlackmanWindow, since=17),
+    OpDef("MelWeightMatrix", windows.MelWeightMatrix, since=17),
+    # n-gram counts (tfidf.py)
+    OpDef("TfIdfVectorizer", tfidf.TfIdfVectorizer, since=9),
+    # image decoding through the optional Pillow (image.py)
+    OpDef("ImageDecoder", image.ImageDecoder, since=20),
+]
 # == end: signal ==
 
 # == family: training == (losses, optimizers, random generators)
