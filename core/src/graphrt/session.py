@@ -140,6 +140,7 @@ class Session:
         self._inputs = [NodeArg.of(d) for d in ir.inputs]
         self._outputs = [NodeArg.of(d) for d in ir.outputs]
         self._input_decls = list(ir.inputs)
+        self._input_names = frozenset(d.name for d in self._input_decls)
         self._output_index = {d.name: i for i, d in enumerate(ir.outputs)}
         blas_session_opened()
         self._finalizer = weakref.finalize(self, _release, self._pool)
@@ -228,7 +229,7 @@ class Session:
         types = [
             (np.dtype(x[0]), tuple(x[1])) if isinstance(x, tuple) else value_type(x) for x in feeds
         ]
-        key = tuple((np.dtype(d).str, tuple(s)) for d, s in types)
+        key = tuple(types)  # np.dtype hashes and compares by type, so equal types share a plan
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -298,23 +299,30 @@ class Session:
                 "invalid_input",
                 f"input_feed must be a dict of name -> array, not {type(feed).__name__}",
             )
-        known = {d.name for d in self._input_decls}
-        unknown = [k for k in feed if k not in known]
+        feeds = []
+        found = 0
+        for d in self._input_decls:
+            value = feed.get(d.name, _MISSING)
+            if value is _MISSING:
+                if d.kind == "optional":  # an omitted optional is an empty one
+                    feeds.append(None)
+                    continue
+                self._refuse_unknown(feed)
+                raise SessionError("invalid_input", f"input {d.name!r} is missing")
+            found += 1
+            feeds.append(_check_input(d, value))
+        if found != len(feed):
+            self._refuse_unknown(feed)
+        return feeds
+
+    def _refuse_unknown(self, feed: Mapping[str, Any]) -> None:
+        unknown = [k for k in feed if k not in self._input_names]
         if unknown:
             raise SessionError(
                 "invalid_input",
                 f"unknown input(s) {', '.join(map(repr, unknown))}; the model's inputs are "
                 f"{', '.join(repr(d.name) for d in self._input_decls) or 'none'}",
             )
-        feeds = []
-        for d in self._input_decls:
-            if d.name not in feed:
-                if d.kind == "optional":  # an omitted optional is an empty one
-                    feeds.append(None)
-                    continue
-                raise SessionError("invalid_input", f"input {d.name!r} is missing")
-            feeds.append(_check_input(d, feed[d.name]))
-        return feeds
 
     def _output_indices(self, names: Sequence[str] | None) -> list[int]:
         if names is None:
@@ -372,6 +380,9 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+_MISSING = object()
 
 
 def _release(pool: IntraOpPool) -> None:
