@@ -13,9 +13,11 @@ from onnx.reference import ReferenceEvaluator
 
 import graphrt
 from graphrt.errors import SessionError
+from graphrt_ops_basic import grid as grid_module
 from graphrt_ops_basic import resize as resize_module
 from tests._models import onnxruntime_limits, ort_session
 from tests._versions import ONNX
+from tests.ops._threads import bits, concurrent_mismatches
 
 F32 = np.float32
 
@@ -401,32 +403,72 @@ def test_upsample_nearest_reference():
 
 
 def test_resize_errors_name_the_node_and_their_kind():
+    """Bad inputs (values of scales, sizes and roi; their types) are invalid_input, bad
+    attributes (unknown names, axes, antialias with nearest, wrong types) invalid_model; never a
+    raw numpy or Python exception."""
     x = np.zeros((1, 1, 2, 2), F32)
     s4, z4 = np.ones(4, F32), np.array([1, 1, 4, 4], np.int64)
     roi0 = np.zeros(0, F32)
+    sizes2 = {"_r": roi0, "_s": roi0, "sizes": np.array([2, 2], np.int64)}
+    crop = {"coordinate_transformation_mode": "tf_crop_and_resize", "mode": "linear"}
     cases = {
         "invalid_input": [
             ({"roi": roi0, "scales": s4, "sizes": z4}, {}),  # both
             ({"roi": roi0, "_s": roi0, "_z": z4[:0]}, {}),  # neither
             ({"_r": roi0, "scales": np.ones(3, F32)}, {}),  # wrong length
             ({"_r": roi0, "scales": np.array([1, 1, -2, 1], F32)}, {}),
+            ({"_r": roi0, "scales": np.array([1, 1, 0, 1], F32)}, {}),
+            ({"_r": roi0, "scales": np.array([1, 1, np.nan, 1], F32)}, {}),
+            ({"_r": roi0, "scales": np.array([1, 1, 1e30, 1], F32)}, {}),  # too large
+            ({"_r": roi0, "scales": np.ones(4, np.int64)}, {}),  # not float
             ({"_r": roi0, "_s": roi0, "sizes": np.array([1, 1, -1, 2], np.int64)}, {}),
-            ({"_r": roi0, "_s": roi0, "sizes": np.array([2, 2], np.int64)}, {"axes": [1, 4]}),
-            ({"_r": roi0, "_s": roi0, "sizes": np.array([2, 2], np.int64)}, {"axes": [2, -2]}),
+            ({"_r": roi0, "_s": roi0, "sizes": np.array([1, 1, 0, 2], np.int64)}, {}),
+            ({"_r": roi0, "_s": roi0, "sizes": np.array([1, 1, 0, 2], np.int64)},
+             {"keep_aspect_ratio_policy": "not_larger"}),
+            ({"_r": roi0, "_s": roi0, "sizes": np.array([1, 1, 4], np.int64)}, {}),
+            ({"_r": roi0, "_s": roi0, "sizes": z4.astype(np.int32)}, {}),
             ({"_r": roi0, "scales": s4}, {"coordinate_transformation_mode": "tf_crop_and_resize"}),
+            ({"roi": np.zeros(3, F32), "scales": s4}, crop),  # roi of the wrong length
+            ({"roi": np.array([0, 0, 0, np.inf, 1, 1, 1, 1], F32), "scales": s4}, crop),
         ],
         "invalid_model": [
             ({"_r": roi0, "scales": s4}, {"mode": "bicubic"}),
+            ({"_r": roi0, "scales": s4}, {"mode": "area"}),
+            ({"_r": roi0, "scales": s4}, {"coordinate_transformation_mode": "centre"}),
             ({"_r": roi0, "scales": s4}, {"nearest_mode": "up"}),
             ({"_r": roi0, "scales": s4}, {"keep_aspect_ratio_policy": "fit"}),
+            ({"_r": roi0, "scales": s4}, {"antialias": 1}),  # nearest
+            ({"_r": roi0, "scales": s4}, {"mode": "cubic", "cubic_coeff_a": "soft"}),
+            ({"_r": roi0, "scales": s4}, {"extrapolation_value": "zero"}),
+            (sizes2, {"axes": [1, 4]}),
+            (sizes2, {"axes": [2, -2]}),
+            (sizes2, {"axes": [-5, 0]}),
         ],
-    }
+    }  # fmt: skip
     for kind, items in cases.items():
         for consts, attrs in items:
             model = one_node("Resize", {"x": x}, consts, **attrs)
             err = kind_of(lambda model=model: ours(model, {"x": x}))
             assert err.kind == kind, (consts, attrs, err)
-            assert "the_resize" in str(err)
+            assert "the_resize" in str(err) and "Error:" not in str(err), err
+
+
+def test_upsample_errors_name_the_node_and_their_kind():
+    x = np.zeros((1, 1, 2, 2), F32)
+    cases = [
+        ("invalid_model", {}, {"opset": 7}),  # no scales attribute
+        ("invalid_model", {}, {"opset": 7, "scales": [1.0, 2.0]}),
+        ("invalid_model", {}, {"opset": 7, "scales": [1.0, 1.0, 0.5, 1.0]}),
+        ("invalid_model", {"s": np.ones(4, F32)}, {"opset": 9, "mode": "cubic"}),
+        ("invalid_input", {"s": np.ones(3, F32)}, {"opset": 9}),
+        ("invalid_input", {"s": np.array([1, 1, np.inf, 1], F32)}, {"opset": 9}),
+        ("invalid_input", {"s": np.array([1, 1, np.nan, 1], F32)}, {"opset": 9}),
+    ]
+    for kind, consts, attrs in cases:
+        model = one_node("Upsample", {"x": x}, consts, **attrs)
+        err = kind_of(lambda model=model: ours(model, {"x": x}))
+        assert err.kind == kind, (consts, attrs, err)
+        assert "the_upsample" in str(err) and "Error:" not in str(err), err
 
 
 # -- exact mode ---------------------------------------------------------------------------------
@@ -551,17 +593,65 @@ def test_gridsample_errors():
     x, g = np.zeros((1, 1, 3, 3), F32), np.zeros((1, 2, 2, 2), F32)
     cases = [
         ("invalid_input", x[0], g, {}, 20),  # X rank 3 with a 2-d grid
-        ("invalid_input", x, g[..., :1], {}, 20),
+        ("invalid_input", x, g[..., :1], {}, 20),  # the last dim is not the rank
+        ("invalid_input", x, g[0], {}, 20),  # the grid's rank
         ("invalid_input", x, np.zeros((2, 2, 2, 2), F32), {}, 20),
+        ("invalid_input", x, np.zeros((1, 2, 2, 2), np.int64), {}, 20),
+        ("invalid_input", np.zeros((1, 1, 0, 3), F32), g, {}, 20),  # nothing to sample
         ("invalid_input", np.zeros((1, 1, 2, 2, 2), F32), np.zeros((1, 1, 1, 1, 3), F32), {}, 16),
         ("invalid_model", x, g, {"mode": "bicubic"}, 20),
         ("invalid_model", x, g, {"mode": "cubic"}, 16),
         ("invalid_model", x, g, {"padding_mode": "wrap"}, 20),
+        ("invalid_model", x, g, {"align_corners": "yes"}, 20),
     ]
     for kind, xx, gg, attrs, opset in cases:
         model = grid_model(xx, gg, opset=opset, **attrs)
         err = kind_of(lambda model=model, xx=xx, gg=gg: ours(model, {"x": xx, "grid": gg}))
         assert err.kind == kind and "the_gridsample" in str(err), (attrs, err)
+        assert "Error:" not in str(err), err
+
+
+def spec_gridsample_linear_zeros(x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """grid.py's exact-mode order for 2-D linear sampling, zeros padding, align_corners 0, in
+    float32: per axis c = ((g + 1) * L - 1) / 2 clamped to [-2, L], t = c - floor(c), weights
+    (1 - t, t); the taps in row-major order (y outer), w = wy * wx, and acc = w0 * v0;
+    acc = acc + w1 * v1; ...  (a tap outside reads 0); NaN canonical."""
+    n, c, h, w = x.shape
+    pad = np.zeros((n, c, h + 4, w + 4), F32)
+    pad[:, :, 2 : h + 2, 2 : w + 2] = x
+    one, two = F32(1), F32(2)
+    taps = []
+    for g, length in ((grid[..., 1], h), (grid[..., 0], w)):  # y, then x
+        co = (((g + one) * F32(length)) - one) / two
+        co = np.fmin(np.fmax(co, F32(-2)), F32(length))
+        x0 = np.floor(co)
+        t = co - x0
+        taps.append((x0.astype(np.intp) + 2, (one - t, t)))
+    (y0, wy), (x0, wx) = taps
+    batch = np.arange(n)[:, None, None]
+    acc = None
+    for jy in (0, 1):
+        for jx in (0, 1):
+            v = pad[batch, :, y0 + jy, x0 + jx]  # (n, ho, wo, c)
+            term = np.moveaxis(v, -1, 1) * (wy[jy] * wx[jx])[:, None]
+            acc = term if acc is None else acc + term
+    acc[np.isnan(acc)] = np.float32(np.nan)
+    return acc
+
+
+def test_gridsample_exact_is_the_canonical_order(monkeypatch):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 5, 6)).astype(F32)
+    x.view(np.uint32)[0, 1, 2, 3] = 0x7FC0ABCD  # a NaN with a payload
+    grid = random_grid(rng, 2, (4, 7), 2)
+    feeds = {"x": x, "grid": grid}
+    model = grid_model(x, grid, mode="linear")
+    want = spec_gridsample_linear_zeros(x, grid).view(np.uint32)
+    np.testing.assert_array_equal(ours(model, feeds, mode="exact").view(np.uint32), want)
+    monkeypatch.setattr(grid_module, "BLOCK_WORK", 16)  # a block per image and channel
+    two = graphrt.Session(model, mode="exact", intra_op_threads=2)
+    for _ in range(5):
+        np.testing.assert_array_equal(two.run(None, feeds)[0].view(np.uint32), want)
 
 
 def test_gridsample_exact_mode_and_threads():
@@ -624,17 +714,128 @@ def test_affine_grid_single_position_is_the_centre():
 
 def test_affine_grid_errors():
     theta = np.zeros((2, 2, 3), F32)
-    for size, kind in [
-        ([2, 1, 3], "invalid_input"),
-        ([3, 1, 2, 2], "invalid_input"),
-        ([2, 1, 2, 2, 2], "invalid_input"),
-        ([2, 1, -2, 2], "invalid_input"),
+    cases = [
+        (theta, np.array([2, 1, 3], np.int64), {}),  # size of the wrong length
+        (theta, np.array([3, 1, 2, 2], np.int64), {}),  # theta's batch
+        (theta, np.array([2, 1, 2, 2, 2], np.int64), {}),  # theta (N, 2, 3) with 3-d size
+        (np.zeros((2, 3, 3), F32), np.array([2, 1, 2, 2], np.int64), {}),
+        (np.zeros((2, 6), F32), np.array([2, 1, 2, 2], np.int64), {}),
+        (theta, np.array([2, 1, -2, 2], np.int64), {}),
+        (theta, np.array([2, 1, 2, 2], np.int32), {}),
+        (theta, np.array([[2, 1], [2, 2]], np.int64), {}),
+        (theta.astype(np.int64), np.array([2, 1, 2, 2], np.int64), {}),
+    ]
+    for th, size, attrs in cases + [
+        (theta, np.array([2, 1, 2, 2], np.int64), {"align_corners": 0.5})
     ]:
-        model = one_node(
-            "AffineGrid", {"theta": theta}, {"size": np.array(size, np.int64)}, opset=20
-        )
-        err = kind_of(lambda model=model: ours(model, {"theta": theta}))
-        assert err.kind == kind and "the_affinegrid" in str(err)
+        model = one_node("AffineGrid", {"theta": th}, {"size": size}, opset=20, **attrs)
+        err = kind_of(lambda model=model, th=th: ours(model, {"theta": th}))
+        want = "invalid_model" if attrs else "invalid_input"
+        assert err.kind == want and "the_affinegrid" in str(err), (th.shape, size, err)
+        assert "Error:" not in str(err), err
+
+
+def test_affine_grid_exact_is_the_float64_formula_with_canonical_nan():
+    """out_j = ((t_j0 * x + t_j1 * y) + t_j2 * z) + t_j3 in float64, rounded once; a NaN
+    theta (any payload) gives the canonical NaN."""
+    rng = np.random.default_rng(21)
+    theta = rng.standard_normal((2, 3, 4)).astype(F32)
+    theta.view(np.uint32)[1, 2, 0] = 0x7FC00ABC
+    size = [2, 1, 3, 4, 5]
+    model = one_node("AffineGrid", {"theta": theta}, {"size": np.array(size, np.int64)}, opset=20)
+    got = ours(model, {"theta": theta}, mode="exact")
+    t = theta.astype(np.float64)
+    axes = [(2 * np.arange(n) + 1) / n - 1 for n in size[2:]]  # d, h, w
+    z, y, x = np.meshgrid(*axes, indexing="ij")
+    want = np.empty((2, 3, 4, 5, 3))
+    for n in range(2):
+        for j in range(3):
+            acc = t[n, j, 0] * x
+            acc = acc + t[n, j, 1] * y
+            acc = acc + t[n, j, 2] * z
+            want[n, ..., j] = acc + t[n, j, 3]
+    want = want.astype(F32)
+    want[np.isnan(want)] = np.float32(np.nan)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    nan = got.view(np.uint32)[np.isnan(got)]
+    assert nan.size and (nan == 0x7FC00000).all()
+
+
+# -- steady state and threads ------------------------------------------------------------------
+
+
+def _static_cases() -> dict:
+    """name -> (model, feeds, exact?): static plans of every kernel path."""
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal((2, 3, 17, 19)).astype(F32)
+    grid = random_grid(rng, 2, (9, 11), 2)
+    cases = {}
+    for mode in MODES:
+        for scales in ([1, 1, 2, 2], [1, 1, 1.7, 0.6]):
+            model = resize_model(x, {"mode": mode}, scales=scales)
+            cases[f"resize {mode} {scales[2:]}"] = (model, {"x": x}, True)
+    crop = {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}
+    more = {
+        "resize antialias": resize_model(
+            x, {"mode": "cubic", "antialias": 1}, scales=[1, 1, 0.4, 0.45]
+        ),
+        "resize tf_crop_and_resize": resize_model(
+            x, crop, sizes=[2, 3, 7, 9], roi=[0, 0, -0.1, 0.2, 1, 1, 0.9, 1.3]
+        ),
+        "resize nearest flat gather": resize_model(x, {"mode": "nearest"}, scales=[1.5, 1, 1, 1.3]),
+        "upsample": one_node("Upsample", {"x": x}, {"s": np.array([1, 1, 2, 3], F32)}, opset=9),
+    }
+    cases.update((k, (m, {"x": x}, True)) for k, m in more.items())
+    xu = (x * 40).astype(np.uint8)
+    model = resize_model(xu, {"mode": "cubic"}, scales=[1, 1, 1.5, 1.5])
+    cases["resize uint8 cubic"] = (model, {"x": xu}, True)
+    for mode in ("linear", "nearest", "cubic"):
+        for padding in ("zeros", "border", "reflection"):
+            model = grid_model(x, grid, mode=mode, padding_mode=padding)
+            cases[f"gridsample {mode} {padding}"] = (model, {"x": x, "grid": grid}, True)
+    x3 = rng.standard_normal((1, 2, 4, 5, 3)).astype(F32)
+    g3 = random_grid(rng, 1, (3, 2, 4), 3)
+    cases["gridsample 3-d"] = (grid_model(x3, g3, opset=22), {"x": x3, "grid": g3}, True)
+    for size in ([2, 1, 5, 6], [2, 1, 3, 4, 5]):
+        theta = rng.standard_normal((2, len(size) - 2, len(size) - 1)).astype(F32)
+        sizes = {"size": np.array(size, np.int64)}
+        model = one_node("AffineGrid", {"theta": theta}, sizes, opset=20)
+        cases[f"affinegrid {len(size) - 2}-d"] = (model, {"theta": theta}, True)
+    return cases
+
+
+STATIC = _static_cases()
+
+
+@pytest.mark.parametrize("name", sorted(STATIC))
+def test_steady_state_allocates_no_array_data(name):
+    from tests.test_alloc import assert_no_numpy_allocation
+
+    model, feeds, exact = STATIC[name]
+    for mode in ("fast", "exact") if exact else ("fast",):
+        sess = graphrt.Session(model, intra_op_threads=1, mode=mode)
+        out = {"y": np.empty_like(sess.run(None, feeds)[0])}
+        for _ in range(2):
+            sess.run(None, feeds, out=out)
+        assert sess.cached_plans[0].static
+        assert_no_numpy_allocation(lambda s=sess, o=out: s.run(None, feeds, out=o))
+
+
+@pytest.mark.parametrize("name", sorted(STATIC))
+def test_two_threads_and_concurrent_runs_give_the_bits_of_one_thread(name, monkeypatch):
+    """Resize and GridSample split their work in blocks for the intra-op threads, each block
+    with its own scratch (a block of another step never shares one); tiny blocks make many.
+    Two threads, and four Python threads running one session at once, give one thread's
+    bits, in both modes."""
+    monkeypatch.setattr(resize_module, "BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(grid_module, "BLOCK_WORK", 16)
+    model, feeds, exact = STATIC[name]
+    for mode in ("fast", "exact") if exact else ("fast",):
+        want = graphrt.Session(model, intra_op_threads=1, mode=mode).run(None, feeds)[0]
+        two = graphrt.Session(model, intra_op_threads=2, mode=mode)
+        for _ in range(10):
+            np.testing.assert_array_equal(bits(two.run(None, feeds)[0]), bits(want))
+        assert concurrent_mismatches(two, feeds, want, runs=5) == 0, mode
 
 
 # -- a random model against onnxruntime ---------------------------------------------------------

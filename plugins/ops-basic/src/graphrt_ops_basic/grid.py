@@ -8,7 +8,8 @@ or reflection padding), its taps (1 nearest, 2 linear, 4 cubic) with their weigh
 tap's index as the padding gives it (border: clamped; reflection: reflected; zeros: into a copy
 of X with a zero border as wide as the taps, which positions far outside are moved to).  The
 axes' taps combine into flat indices of the image (the sum of index * stride) and weights (the
-product, axis 0 first); then for each image and block of channels, tap by tap in row-major
+product, axis 0 first; the linear taps and this combination are _sampling.py's, shared with
+DeformConv); then for each image and block of channels, tap by tap in row-major
 order, ``acc = acc + w * take(X[n], flat)``.  The order of the coordinate operations is the
 ONNX reference's, but for cubic border padding: like torch and onnxruntime, each tap is clamped
 and the position is not (the reference clamps the position first).
@@ -20,14 +21,13 @@ operation each, NaN rewritten to the canonical NaN.
 AffineGrid builds the base grid of normalised positions (float64; a single position is 0, as
 torch's affine_grid has it).  Fast mode multiplies the homogeneous base grid by each theta (a
 batched matmul in theta's type); exact mode computes ``out_j = ((theta[j,0]*x + theta[j,1]*y)
-(+ theta[j,2]*z)) + theta[j,last]`` in float64, one rounded operation at a time, and rounds
-once to theta's type.
+(+ theta[j,2]*z)) + theta[j,last]`` in float64, one rounded operation at a time, rounds
+once to theta's type and rewrites NaN to the canonical NaN.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +36,8 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
+from ._sampling import combine_taps, linear_taps
+from ._typed_attrs import typed_attr
 from ._util import _CANONICAL_NAN, constant, is_float, rewrite_nan
 from ._values import int_values, reshaped
 from .resize import compute_type, int_bounds
@@ -80,16 +82,16 @@ class GridSample(OpKernel):
         names = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}
         if not old:
             names = {v: v for v in names.values()}
-        given = node.attr("mode", "bilinear" if old else "linear")
+        given = typed_attr(self, "mode", "bilinear" if old else "linear", "str")
         if given not in names:
             raise self.fail(f"mode must be one of {', '.join(names)}, got {given!r}")
         self.mode = names[given]
-        self.padding = node.attr("padding_mode", "zeros")
+        self.padding = typed_attr(self, "padding_mode", "zeros", "str")
         if self.padding not in ("zeros", "border", "reflection"):
             raise self.fail(
                 f"padding_mode must be zeros, border or reflection, got {self.padding!r}"
             )
-        self.align = bool(node.attr("align_corners", 0))
+        self.align = bool(typed_attr(self, "align_corners", 0, "int"))
 
     def infer(self, ctx: InferContext) -> None:
         x, g = ctx.shape(0), ctx.shape(1)
@@ -104,7 +106,7 @@ class GridSample(OpKernel):
                 "invalid_input",
             )
         if not is_float(ctx.dtype(1)):
-            raise self.fail(f"grid must be a float tensor, got {ctx.dtype(1)}")
+            raise self.fail(f"grid must be a float tensor, got {ctx.dtype(1)}", "invalid_input")
         if self.mode != "nearest" and dtype.kind in "OSUb":
             raise self.fail(f"{self.mode} mode cannot interpolate {dtype} values")
         if self.mode != "nearest" and ctx.exact and dtype.kind == "c":
@@ -201,19 +203,17 @@ class GridSample(OpKernel):
         idx = ctx.scratch[p.idx][a]
         k = _const(p.coord)
         taps, first = _TAPS[self.mode]
+        stride = math.prod(d + 2 * p.pad for d in p.spatial[a + 1 :])
+        ik = _const(np.dtype(np.intp))
         x0 = c
-        if self.mode != "nearest":
+        if self.mode == "linear":
+            x0 = f[1]
+            linear_taps(c, x0, idx, ctx.scratch[p.weight][a], ik(first + p.pad), k(1))
+        elif self.mode == "cubic":
             x0, t = f[1], f[2]
             np.floor(c, out=x0)
             np.subtract(c, x0, out=t)
-            weight = ctx.scratch[p.weight][a]
-            if self.mode == "linear":
-                np.subtract(k(1), t, out=weight[0])
-                np.copyto(weight[1], t)
-            else:
-                _cubic_weights(t, weight, k, f[0])
-        stride = math.prod(d + 2 * p.pad for d in p.spatial[a + 1 :])
-        ik = _const(np.dtype(np.intp))
+            _cubic_weights(t, ctx.scratch[p.weight][a], k, f[0])
         if self.padding == "reflection":  # (nearest: x0 is f[0], free once its one tap is read)
             tap = f[3]
             for j in range(taps):
@@ -223,41 +223,15 @@ class GridSample(OpKernel):
                 np.trunc(tap, out=tap)
                 np.copyto(idx[j], tap, casting="unsafe")
         else:
-            np.copyto(idx[0], x0, casting="unsafe")
-            np.add(idx[0], ik(first + p.pad), out=idx[0])  # zeros: into the padded image
-            for j in range(1, taps):
-                np.add(idx[0], ik(j), out=idx[j])
+            if self.mode != "linear":  # (linear_taps made them)
+                np.copyto(idx[0], x0, casting="unsafe")
+                np.add(idx[0], ik(first + p.pad), out=idx[0])  # zeros: into the padded image
+                for j in range(1, taps):
+                    np.add(idx[0], ik(j), out=idx[j])
             if self.padding == "border":
                 np.clip(idx, ik(0), ik(length - 1), out=idx)
         if stride != 1:
             np.multiply(idx, ik(stride), out=idx)
-
-    def _combined_taps(self, p: _GridPlan, ctx: KernelContext):
-        """Per tap of the image (row-major over the axes' taps): its flat index (the sum of the
-        axes' index * stride) and its weight (the product of the axes' weights, axis 0 first)."""
-        idx = ctx.scratch[p.idx]
-        r, k = idx.shape[:2]
-        taps = list(itertools.product(range(k), repeat=r))
-        if r == 1:
-            flats = [idx[0, j] for j in range(k)]
-        else:
-            flats = list(ctx.scratch[p.flat])
-            for flat, tap in zip(flats, taps):
-                np.add(idx[0, tap[0]], idx[1, tap[1]], out=flat)
-                for a in range(2, r):
-                    np.add(flat, idx[a, tap[a]], out=flat)
-        if p.w is None:
-            return flats, None
-        weight = ctx.scratch[p.weight]
-        weights = list(ctx.scratch[p.w])
-        for w, tap in zip(weights, taps):
-            if r == 1:
-                np.copyto(w, weight[0, tap[0]], casting="unsafe")
-            else:
-                np.multiply(weight[0, tap[0]], weight[1, tap[1]], out=w, casting="unsafe")
-            for a in range(2, r):
-                np.multiply(w, weight[a, tap[a]], out=w, casting="unsafe")
-        return flats, weights
 
     # -- the run --------------------------------------------------------------------------------
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
@@ -280,7 +254,10 @@ class GridSample(OpKernel):
         else:
             image = x.reshape(n, c, -1)
         final = reshaped(y, (n, c, p.points)) if p.acc is None else ctx.scratch[p.acc]
-        flats, weights = self._combined_taps(p, ctx)
+        weight = None if p.weight is None else ctx.scratch[p.weight]
+        flat = None if p.flat is None else ctx.scratch[p.flat]
+        w = None if p.w is None else ctx.scratch[p.w]
+        flats, weights = combine_taps(ctx.scratch[p.idx], weight, flat, w)
         terms = None if p.terms is None else ctx.scratch[p.terms]
         per_image = p.blocks // n
 
@@ -345,7 +322,7 @@ def _reflect(c: np.ndarray, lo, hi, f, b) -> None:
     ``r = d - n * (hi - lo)``: an even n lands r inside the near border, an odd one r inside
     the far border.  A zero-width range (one pixel, align_corners) maps everything to lo.
     """
-    if hi <= lo:
+    if float(hi) <= float(lo):  # (Python floats: comparing 0-d arrays allocates a result)
         np.copyto(c, lo)
         return
     d, n, r = f
@@ -378,6 +355,7 @@ class _Affine:
     theta: int | None  # exact mode: scratch, theta in float64
     acc: int | None  # scratch: one output component in float64 (fast: Y in float32)
     tmp: int | None  # exact mode: scratch, one product
+    nan: int | None = None  # exact mode: scratch mask of the canonical-NaN rewrite
 
 
 class AffineGrid(OpKernel):
@@ -387,14 +365,15 @@ class AffineGrid(OpKernel):
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
-        self.align = bool(node.attr("align_corners", 0))
+        self.align = bool(typed_attr(self, "align_corners", 0, "int"))
 
     def infer(self, ctx: InferContext) -> None:
         theta = ctx.shape(0)
         if not is_float(ctx.dtype(0)):
-            raise self.fail(f"theta must be a float tensor, got {ctx.dtype(0)}")
-        if ctx.dtype(1) != np.int64:
-            raise self.fail(f"size must be int64, got {ctx.dtype(1)}")
+            raise self.fail(f"theta must be a float tensor, got {ctx.dtype(0)}", "invalid_input")
+        if ctx.dtype(1) != np.int64 or len(ctx.shape(1)) != 1:
+            message = f"size must be a 1-D int64 tensor, got {ctx.dtype(1)} {list(ctx.shape(1))}"
+            raise self.fail(message, "invalid_input")
         size = int_values(ctx, 1)
         if len(size) not in (4, 5):
             raise self.fail(f"size must have 4 or 5 values, got {size}", "invalid_input")
@@ -427,12 +406,14 @@ class AffineGrid(OpKernel):
             acc = ctx.add_scratch(compute, (*shape, r)) if compute != ctx.dtype(0) else None
             ctx.prepared = _Affine(base, homogeneous, None, acc, None)
             return
+        dtype = ctx.dtype(0)
         ctx.prepared = _Affine(
             base,
             None,
             ctx.add_scratch(np.float64, theta),
             ctx.add_scratch(np.float64, shape),
             ctx.add_scratch(np.float64, shape),
+            ctx.add_scratch(np.bool_, (*shape, r)) if dtype in _CANONICAL_NAN else None,
         )
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
@@ -457,3 +438,5 @@ class AffineGrid(OpKernel):
                 np.add(acc, tmp, out=acc)
             np.add(acc, theta[lead + (j, r)], out=acc)
             np.copyto(out[..., j], acc, casting="unsafe")
+        if p.nan is not None:  # a NaN theta's payload would otherwise reach Y
+            rewrite_nan(out, ctx.scratch[p.nan])

@@ -41,6 +41,7 @@ import numpy as np
 from graphrt.kernel import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, call_all
+from ._typed_attrs import typed_attr
 from ._util import _CANONICAL_NAN, is_float, rewrite_nan
 from ._values import axes_in, reshaped
 from .resize_taps import COORDINATE_MODES, NEAREST_MODES, AxisTaps, TapOptions, axis_taps
@@ -139,10 +140,10 @@ class Resize(Programmed):
         opset = node.opset
         legacy = self.legacy
         modes = ("nearest", "linear") if legacy else ("nearest", "linear", "cubic")
-        mode = node.attr("mode", "nearest")
+        mode = typed_attr(self, "mode", "nearest", "str")
         if mode not in modes:
             raise self.fail(f"mode must be one of {', '.join(modes)}, got {mode!r}")
-        coordinate = node.attr("coordinate_transformation_mode", "half_pixel")
+        coordinate = typed_attr(self, "coordinate_transformation_mode", "half_pixel", "str")
         coordinate = "simple" if legacy else coordinate
         allowed = set(COORDINATE_MODES)
         allowed.add("tf_half_pixel_for_nn" if opset < 18 else "half_pixel_symmetric")
@@ -151,25 +152,31 @@ class Resize(Programmed):
                 f"coordinate_transformation_mode must be one of {', '.join(sorted(allowed))}, "
                 f"got {coordinate!r}"
             )
-        nearest = node.attr("nearest_mode", "round_prefer_floor")
+        nearest = typed_attr(self, "nearest_mode", "round_prefer_floor", "str")
         if not legacy and nearest not in NEAREST_MODES:
             raise self.fail(f"nearest_mode must be one of {', '.join(NEAREST_MODES)}")
+        antialias = opset >= 18 and bool(typed_attr(self, "antialias", 0, "int"))
+        if antialias and mode == "nearest":  # the spec: linear and cubic only
+            raise self.fail("antialias needs mode linear or cubic, not nearest")
         self.opts = TapOptions(
             mode=mode,
             coordinate=coordinate,
             nearest=nearest,
-            cubic_a=float(node.attr("cubic_coeff_a", -0.75)),
-            exclude_outside=bool(node.attr("exclude_outside", 0)) and not legacy,
-            antialias=bool(node.attr("antialias", 0)) and opset >= 18 and mode != "nearest",
+            cubic_a=typed_attr(self, "cubic_coeff_a", -0.75, "float"),
+            exclude_outside=bool(typed_attr(self, "exclude_outside", 0, "int")) and not legacy,
+            antialias=antialias,
         )
-        self.extrapolation = float(node.attr("extrapolation_value", 0.0))
-        self.axes = node.attr("axes") if opset >= 18 else None
-        self.policy = node.attr("keep_aspect_ratio_policy", "stretch") if opset >= 18 else "stretch"
-        if self.policy not in ("stretch", "not_larger", "not_smaller"):
+        self.extrapolation = typed_attr(self, "extrapolation_value", 0.0, "float")
+        self.axes = typed_attr(self, "axes", None, "ints") if opset >= 18 else None
+        policy = "stretch"
+        if opset >= 18:
+            policy = typed_attr(self, "keep_aspect_ratio_policy", "stretch", "str")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
             raise self.fail(
                 "keep_aspect_ratio_policy must be stretch, not_larger or not_smaller, "
-                f"got {self.policy!r}"
+                f"got {policy!r}"
             )
+        self.policy = policy
 
     @property
     def legacy(self) -> bool:
@@ -182,8 +189,8 @@ class Resize(Programmed):
         return i < ctx.num_inputs and ctx.has_input(i) and math.prod(ctx.shape(i)) > 0
 
     def _float_values(self, ctx: InferContext, i: int, what: str) -> list[float]:
-        if ctx.dtype(i).kind != "f" and not is_float(ctx.dtype(i)):
-            raise self.fail(f"{what} must be a float tensor, got {ctx.dtype(i)}")
+        if not is_float(ctx.dtype(i)):
+            raise self.fail(f"{what} must be a float tensor, got {ctx.dtype(i)}", "invalid_input")
         return [float(v) for v in np.asarray(ctx.value(i), np.float64).reshape(-1)]
 
     def request(self, ctx: InferContext, rank: int):
@@ -191,13 +198,14 @@ class Resize(Programmed):
         scales_i, sizes_i = (1, None) if self.legacy else (2, 3)
         axes = list(range(rank))
         if self.axes is not None:
-            axes = axes_in(self, list(self.axes), rank, "invalid_input")
+            axes = axes_in(self, list(self.axes), rank, "invalid_model")  # an attribute
         scales = sizes = roi = None
         if self._present(ctx, scales_i):
             scales = self._float_values(ctx, scales_i, "scales")
         if sizes_i is not None and self._present(ctx, sizes_i):
             if ctx.dtype(sizes_i) != np.int64:
-                raise self.fail(f"sizes must be int64, got {ctx.dtype(sizes_i)}")
+                message = f"sizes must be int64, got {ctx.dtype(sizes_i)}"
+                raise self.fail(message, "invalid_input")
             sizes = [int(v) for v in np.asarray(ctx.value(sizes_i)).reshape(-1)]
         if scales is not None and sizes is not None:
             raise self.fail("only one of scales and sizes may be given", "invalid_input")
@@ -207,6 +215,8 @@ class Resize(Programmed):
             if not self._present(ctx, 1):
                 raise self.fail("tf_crop_and_resize needs roi", "invalid_input")
             roi = self._float_values(ctx, 1, "roi")
+            if not all(math.isfinite(v) for v in roi):
+                raise self.fail(f"roi must be finite, got {roi}", "invalid_input")
         return axes, scales, sizes, roi
 
     def geometry(self, ctx: InferContext, shape: tuple[int, ...]):
@@ -231,11 +241,11 @@ class Resize(Programmed):
                     raise self.fail(f"scales must be positive, got {scales}", "invalid_input")
                 scale[a], out[a] = s, math.floor(shape[a] * s)
         else:
-            if any(s < 0 for s in sizes):
-                raise self.fail(f"sizes must not be negative, got {sizes}", "invalid_input")
             for a, n in zip(axes, sizes):
-                if shape[a] == 0 and n:
-                    raise self.fail(f"cannot resize an empty axis {a} to {n}", "invalid_input")
+                # a scale of 0 (onnxruntime refuses it too) or an empty axis made longer
+                if n < 0 or (n == 0) != (shape[a] == 0):
+                    message = f"sizes {sizes} cannot resize axis {a} of X {list(shape)} to {n}"
+                    raise self.fail(message, "invalid_input")
                 scale[a], out[a] = (n / shape[a] if shape[a] else 1.0), n
             if self.policy != "stretch" and all(shape[a] for a in axes):
                 pick = min if self.policy == "not_larger" else max
@@ -248,6 +258,10 @@ class Resize(Programmed):
                 pairs[a] = (roi[i], roi[len(axes) + i])
         elif self.opts.coordinate == "tf_crop_and_resize":
             pairs = [(0.0, 1.0)] * rank
+        if math.prod(out) and math.prod(out) > np.iinfo(np.intp).max // max(
+            ctx.dtype(0).itemsize, 1
+        ):
+            raise self.fail(f"the output {out} is too large", "invalid_input")
         return axes, out, scale, pairs
 
     # -- the plan -------------------------------------------------------------------------------
@@ -260,7 +274,10 @@ class Resize(Programmed):
             return
         taps: dict[int, AxisTaps] = {}
         for a in axes:
-            t = axis_taps(self.opts, out[a], shape[a], scale[a], pairs[a])
+            try:
+                t = axis_taps(self.opts, out[a], shape[a], scale[a], pairs[a])
+            except MemoryError:  # an axis of billions of positions
+                raise self.fail(f"the output {out} is too large", "invalid_input") from None
             if not (out[a] == shape[a] and t.identity):
                 taps[a] = t
         weighted = any(t.weights is not None for t in taps.values())
@@ -541,13 +558,16 @@ class Upsample(Resize):
         return True
 
     def request(self, ctx: InferContext, rank: int):
-        if self.node.opset < 9:
-            scales = self.node.attr("scales")
+        kind = "invalid_input"
+        if self.node.opset < 9:  # an attribute: a bad one is a bad model
+            kind = "invalid_model"
+            scales = typed_attr(self, "scales", None, "floats")
             if scales is None:
                 raise self.fail("the scales attribute is required")
-            scales = [float(s) for s in scales]
+            if len(scales) != rank:
+                raise self.fail(f"scales has {len(scales)} values for rank {rank}", kind)
         else:
             scales = self._float_values(ctx, 1, "scales")
-        if any(not s >= 1 for s in scales):
-            raise self.fail(f"Upsample scales must be >= 1, got {scales}", "invalid_input")
+        if any(not (s >= 1 and math.isfinite(s)) for s in scales):
+            raise self.fail(f"Upsample scales must be finite and >= 1, got {scales}", kind)
         return list(range(rank)), scales, None, None

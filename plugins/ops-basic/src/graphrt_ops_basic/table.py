@@ -237,6 +237,20 @@ OPERATORS += [
 
 # == family: detection == (RoiAlign, NonMaxSuppression, DeformConv, Col2Im, MaxUnpool,
 # CenterCropPad)
+from . import col2im, crop, deform_conv, nms, roi_align, unpool  # noqa: E402
+
+OPERATORS += [
+    # regions and boxes (roi_align.py, nms.py)
+    OpDef("RoiAlign", roi_align.RoiAlign, since=10),
+    OpDef("NonMaxSuppression", nms.NonMaxSuppression, since=10),
+    # deformable convolution, folding columns back, unpooling (deform_conv.py, col2im.py,
+    # unpool.py)
+    OpDef("DeformConv", deform_conv.DeformConv, since=19),
+    OpDef("Col2Im", col2im.Col2Im, since=18),
+    OpDef("MaxUnpool", unpool.MaxUnpool, since=9),
+    # centred crop or pad (crop.py)
+    OpDef("CenterCropPad", crop.CenterCropPad, since=18),
+]
 # == end: detection ==
 
 # == family: signal == (DFT, STFT, windows, MelWeightMatrix, ImageDecoder, TfIdfVectorizer)
