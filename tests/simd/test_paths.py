@@ -62,6 +62,7 @@ def test_plugin_provides_the_three_paths_ranked():
             "Gelu",
             "MaxPool",
             "Concat",
+            "NonMaxSuppression",
         }
         ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu")
         fused = {("com.graphrt", op) for op in ours}

@@ -1,5 +1,5 @@
-"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm), 2-D convolution (Conv, FusedConv) and
-exp/tanh/sigmoid/erf kernels, as graphrt kernel paths."""
+"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm), 2-D convolution (Conv, FusedConv),
+exp/tanh/sigmoid/erf and NonMaxSuppression kernels, as graphrt kernel paths."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ._native import (
     gemm,
     gemm_exact,
     maxpool2d,
+    nms,
     pack_b,
     unary,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "gemm",
     "gemm_exact",
     "maxpool2d",
+    "nms",
     "pack_b",
     "unary",
 ]

@@ -1,9 +1,9 @@
 """The hook implementations graphrt finds through this package's entry point.
 
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Concat,
-Exp, Tanh, Sigmoid, Erf, Gelu and the fused products (FusedConv, FusedMatMul, FusedGemm); the
-session picks the best available one ("auto") or the one forced by ``kernel_path=`` /
-``GRAPHRT_KERNEL_PATH``.
+Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression and the fused products (FusedConv,
+FusedMatMul, FusedGemm); the session picks the best available one ("auto") or the one forced by
+``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .elementwise import UNARY, Gelu
 from .fused import FusedMatMul, FusedProduct
 from .kernels import Gemm, MatMul, NumpyFactory
 from .pool import MaxPool
+from .suppression import NonMaxSuppression
 
 #: (path name, rank); the name is also the native ISA the path's kernels call.
 PATHS = (("scalar", 10), ("avx2", 20), ("avx512", 30))
@@ -56,6 +57,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "Gelu"): _factory(Gelu, isa),
                 ("", "MaxPool"): _factory(MaxPool, isa),
                 ("", "Concat"): _factory(Concat, isa),
+                ("", "NonMaxSuppression"): _factory(NonMaxSuppression, isa),
                 ("com.graphrt", "Gelu"): _factory(Gelu, isa),
                 **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
             },

@@ -96,4 +96,7 @@ struct FreeDeleter {
 // The convolution's class and entry points (conv_plan.cpp), registered on the module.
 void bind_conv(nb::module_& m);
 
+// NonMaxSuppression's entry point (nms.cpp), registered on the module.
+void bind_nms(nb::module_& m);
+
 }  // namespace graphrt_simd

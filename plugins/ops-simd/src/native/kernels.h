@@ -128,7 +128,15 @@ struct IsaKernels {
     void (*maxpool2d)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                       std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
                       std::ptrdiff_t y_cs, float* work);
+    // NonMaxSuppression (nms.cpp): whether one of `count` selected boxes has an IoU above
+    // threshold with `box` (x_min, y_min, x_max, y_max, area); sel[0..4] hold those five
+    // values of the selected boxes, padded with NaN up to a multiple of NMS_CHUNK.
+    bool (*nms_suppressed)(const float* const* sel, int64_t count, const float* box,
+                           float threshold);
 };
+
+// Selected boxes per step of nms_suppressed (its arrays are padded to a multiple of it).
+constexpr int64_t NMS_CHUNK = 16;
 
 extern const IsaKernels scalar_kernels;
 #if defined(GRAPHRT_SIMD_X86)

@@ -49,6 +49,7 @@ struct PoolLanes {
 };
 
 #include "gemm_driver.inc"
+#include "nms_driver.inc"
 #include "conv_driver.inc"
 
 }  // namespace avx512

@@ -100,6 +100,7 @@ struct PoolLanes {
 
 #include "unary_driver.inc"
 #include "gemm_driver.inc"
+#include "nms_driver.inc"
 #include "conv_driver.inc"
 
 }  // namespace scalar

@@ -444,7 +444,7 @@ NB_MODULE(_native, m) {
     // interpreter tears this module down at exit; that is not a leak worth a warning.
     nb::set_leak_warnings(false);
     m.doc() = "graphrt-ops-simd native kernels: float32 GEMM (packed fast, canonical exact), "
-              "convolution, MaxPool and element-wise functions";
+              "convolution, MaxPool, element-wise functions and NonMaxSuppression";
 
     nb::class_<PackedB>(m, "PackedB", "B packed into one ISA's panel layout (opaque).")
         .def_prop_ro("k", &PackedB::k)
@@ -473,6 +473,7 @@ NB_MODULE(_native, m) {
           "(float32, C-contiguous, out is x or apart from it) in exact mode's operation order; "
           "NaN -> 0x7FC00000.");
     bind_conv(m);
+    bind_nms(m);
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
