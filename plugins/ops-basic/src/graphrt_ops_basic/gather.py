@@ -1,17 +1,20 @@
-"""Gather, GatherElements, ScatterElements, NonZero: indexing by the values of a tensor.
+"""Gather, GatherElements, ScatterElements (Scatter before opset 11), NonZero: indexing by the
+values of a tensor.
 
 Indices may be negative (counted from the end) and must lie in [-s, s - 1]; an index outside
 is ``SessionError("invalid_input")``, never numpy's wrap-around.  Constant indices (a weight
 table lookup, a fixed permutation) are checked and normalised once per plan into ``prepared``;
-run-time indices are checked in every run with reductions into 0-d scratch arrays, so a static
-run allocates nothing.  GatherElements and ScatterElements turn each index into a flat offset
-of the data: ``base`` (the offset of the other coordinates, per plan) + index * stride.
+run-time indices are checked in every run, with reductions into 0-d scratch arrays or by
+numpy's own fancy indexing (whose bounds rule is ONNX's), so a static run allocates nothing.
+GatherElements turns each index into a flat offset of the data: ``base`` (the offset of the
+other coordinates, per plan) + index * stride.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +22,7 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
+from ._steps import BoundStep, indexed_write
 from ._util import constant, same_storage
 from ._values import axis_in, check_bounds, check_indices, reshaped
 
@@ -32,8 +36,8 @@ def _checked(kernel: OpKernel, ctx: KernelContext, indices: np.ndarray, bounds, 
     """Check run-time indices with min/max into the 0-d scratch arrays ``bounds``."""
     if indices.size:
         lo, hi = (ctx.scratch[b] for b in bounds)
-        np.amin(indices, out=lo)
-        np.amax(indices, out=hi)
+        np.minimum.reduce(indices, axis=None, out=lo)  # np.amin's Python wrapper costs more
+        np.maximum.reduce(indices, axis=None, out=hi)
         check_bounds(kernel, int(lo), int(hi), size)
 
 
@@ -78,14 +82,14 @@ class Gather(OpKernel):
             indices = ctx.scratch[p.scratch[0]]
             np.copyto(indices, inputs[1])  # np.take would convert int32 into a new array
             _checked(self, ctx, indices, p.scratch[1:], p.size)
-        np.take(inputs[0], indices, axis=p.axis, out=outputs[0], mode="wrap")
+        inputs[0].take(indices, axis=p.axis, out=outputs[0], mode="wrap")
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         p: _GatherPlan = ctx.prepared
         if p.indices is None:
             return functools.partial(self.run, ctx, inputs, outputs)
         return functools.partial(
-            np.take, inputs[0], p.indices, axis=p.axis, out=outputs[0], mode="wrap"
+            inputs[0].take, p.indices, axis=p.axis, out=outputs[0], mode="wrap"
         )
 
 
@@ -98,18 +102,25 @@ class _ElementsPlan:
     scratch: tuple[int, int, int] | None  # run-time indices: flat offsets, min, max
 
 
-def _elements_plan(kernel: OpKernel, ctx: InferContext, idx_shape: tuple[int, ...]):
-    """Checks shared by GatherElements and ScatterElements; the flat-offset plan."""
+def _elements_axis(kernel: OpKernel, ctx: InferContext, idx_shape: tuple[int, ...]) -> int:
+    """Checks shared by GatherElements and ScatterElements; the indexed axis."""
     _index_type(kernel, ctx, 1)
     data = ctx.shape(0)
-    rank = len(data)
-    axis = axis_in(kernel, kernel.node.attr("axis", 0), rank)
-    if len(idx_shape) != rank or any(
+    axis = axis_in(kernel, kernel.node.attr("axis", 0), len(data))
+    if len(idx_shape) != len(data) or any(
         n > d for k, (n, d) in enumerate(zip(idx_shape, data)) if k != axis
     ):
         message = f"indices of shape {list(idx_shape)} do not fit data of shape {list(data)}"
         raise kernel.fail(message, "invalid_input")
-    strides = [int(np.prod(data[k + 1 :], dtype=np.int64)) for k in range(rank)]
+    return axis
+
+
+def _elements_plan(kernel: OpKernel, ctx: InferContext, idx_shape: tuple[int, ...]):
+    """The flat-offset plan: each index becomes base + index * stride."""
+    axis = _elements_axis(kernel, ctx, idx_shape)
+    data = ctx.shape(0)
+    rank = len(data)
+    strides = [math.prod(data[k + 1 :]) for k in range(rank)]
     base = np.zeros(idx_shape, np.intp)
     for k, n in enumerate(idx_shape):
         if k != axis:
@@ -156,59 +167,103 @@ class GatherElements(OpKernel):
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         flat = _flat(self, ctx, inputs[1])
-        np.take(inputs[0].reshape(-1), flat, out=outputs[0], mode="clip")
+        inputs[0].reshape(-1).take(flat, out=outputs[0], mode="clip")
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         p: _ElementsPlan = ctx.prepared
         if p.flat is None:
             return functools.partial(self.run, ctx, inputs, outputs)
-        return functools.partial(
-            np.take, inputs[0].reshape(-1), p.flat, out=outputs[0], mode="clip"
-        )
+        return functools.partial(inputs[0].reshape(-1).take, p.flat, out=outputs[0], mode="clip")
 
 
-_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+#: ScatterElements' and ScatterND's reductions: the ufunc folding an update into an element.
+REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-class ScatterElements(OpKernel):
+def reduction_of(kernel: OpKernel) -> str:
+    """The ``reduction`` attribute (opset 16; max and min from 18): ignored before 16."""
+    node = kernel.node
+    reduction = node.attr("reduction", "none") if node.opset >= 16 else "none"
+    allowed = ["none", "add", "mul"] + (["max", "min"] if node.opset >= 18 else [])
+    if reduction not in allowed:
+        raise kernel.fail(f"reduction must be one of {', '.join(allowed)}, got {reduction!r}")
+    return reduction
+
+
+@dataclasses.dataclass(frozen=True)
+class _ScatterPlan:
+    axis: int
+    size: int  # extent of the indexed axis of data
+    flat: np.ndarray | None  # constant indices: flat offsets into data (indices' shape)
+    grid: tuple[np.ndarray, ...]  # run-time: the other axes' coordinates, broadcastable
+
+
+class ScatterElements(BoundStep):
     """A copy of data with updates written (or combined, ``reduction``) at the indexed places.
 
-    ``none`` writes in index order, so with repeated indices (undefined in ONNX) the last
-    update wins.  Reductions apply each update in index order (``ufunc.at``).  Not exact: the
-    add and mul reductions round, and their NaN results keep hardware payloads.
+    Run-time indices go straight into numpy's fancy indexing, with open-grid coordinates for
+    the other axes: one call that checks bounds and counts negative indices from the end, as
+    ONNX does (its IndexError becomes ``invalid_input``); constant ones were made flat
+    offsets once per plan.  ``none`` writes in index order, so with repeated indices (undefined
+    in ONNX) the last update wins.  Reductions apply each update in index order
+    (``ufunc.at``).  Not exact: the add and mul reductions round, and their NaN results keep
+    hardware payloads.
     """
 
     in_place_input = 0
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
-        self.reduction = node.attr("reduction", "none") if node.opset >= 16 else "none"
-        allowed = ["none", "add", "mul"] + (["max", "min"] if node.opset >= 18 else [])
-        if self.reduction not in allowed:
-            raise self.fail(
-                f"reduction must be one of {', '.join(allowed)}, got {self.reduction!r}"
-            )
+        self.reduction = reduction_of(self)
 
     def infer(self, ctx: InferContext) -> None:
-        if ctx.shape(1) != ctx.shape(2):
-            message = f"indices {list(ctx.shape(1))} and updates {list(ctx.shape(2))} differ"
+        idx = ctx.shape(1)
+        if idx != ctx.shape(2):
+            message = f"indices {list(idx)} and updates {list(ctx.shape(2))} differ"
             raise self.fail(message, "invalid_input")
         if ctx.dtype(0) != ctx.dtype(2):
             raise self.fail(f"data is {ctx.dtype(0)} but updates are {ctx.dtype(2)}")
-        ctx.prepared = _elements_plan(self, ctx, ctx.shape(1))
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
+        if ctx.known_value(1) is not None:
+            p = _elements_plan(self, ctx, idx)
+            ctx.prepared = _ScatterPlan(-1, p.size, p.flat, ())
+            return
+        axis = _elements_axis(self, ctx, idx)
+        rank = len(idx)
+        grid = tuple(
+            np.arange(n, dtype=np.intp).reshape([n if j == k else 1 for j in range(rank)])
+            for k, n in enumerate(idx)
+        )
+        ctx.prepared = _ScatterPlan(axis, ctx.shape(0)[axis], None, grid)
 
-    def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+    def step(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        """The copy of data (skipped in place) and one indexed write."""
+        p: _ScatterPlan = ctx.prepared
         data, indices, updates = inputs
         out = outputs[0]
-        flat = _flat(self, ctx, indices).reshape(-1)  # before out is written: data may be out
-        if not same_storage(out, data):
-            np.copyto(out, data)
-        target = reshaped(out, (out.size,))
-        if self.reduction == "none":
-            target[flat] = updates.reshape(-1)
+        if p.flat is not None:
+            target, where = reshaped(out, (out.size,)), p.flat
         else:
-            _REDUCTIONS[self.reduction].at(target, flat, updates.reshape(-1))
+            target, where = out, p.grid[: p.axis] + (indices,) + p.grid[p.axis + 1 :]
+        return indexed_write(
+            self,
+            None if same_storage(out, data) else data,
+            out,
+            target,
+            where,
+            updates,
+            REDUCTIONS.get(self.reduction),
+            functools.partial(check_indices, self, indices, p.size),
+        )
+
+
+class Scatter(ScatterElements):
+    """Opsets 9-10: ScatterElements under its deprecated name, without reductions.
+
+    Every update is written, never combined (the last of repeated indices wins): exact.
+    """
+
+    supports_exact = True
 
 
 class NonZero(OpKernel):

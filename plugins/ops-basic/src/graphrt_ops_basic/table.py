@@ -220,6 +220,25 @@ OPERATORS += [
 # == end: reduce ==
 
 # == family: indexing == (N-d gathers and scatters, masks, one-hot, triangles, layout moves)
+from . import compress, depth, gather_nd, onehot, reverse, triangle  # noqa: E402
+
+OPERATORS += [
+    # index tuples (gather_nd.py); Scatter, ScatterElements' old name (gather.py)
+    OpDef("GatherND", gather_nd.GatherND, since=11),
+    OpDef("ScatterND", gather_nd.ScatterND, since=11),
+    OpDef("TensorScatter", gather_nd.TensorScatter, since=24),
+    OpDef("Scatter", gather.Scatter, since=9, until=10),
+    # masks and one-hot (compress.py, onehot.py)
+    OpDef("Compress", compress.Compress, since=9),
+    OpDef("OneHot", onehot.OneHot, since=9),
+    # diagonals (triangle.py)
+    OpDef("Trilu", triangle.Trilu, since=14),
+    OpDef("EyeLike", triangle.EyeLike, since=9),
+    # layout moves (reverse.py, depth.py)
+    OpDef("ReverseSequence", reverse.ReverseSequence, since=10),
+    OpDef("SpaceToDepth", depth.SpaceToDepth),
+    OpDef("DepthToSpace", depth.DepthToSpace),
+]
 # == end: indexing ==
 
 # == family: resample == (Resize, Upsample, GridSample, AffineGrid)
