@@ -26,6 +26,8 @@ def test_exact_mode_skips_the_passes_that_change_rounding():
         "fuse_product_activation",
         "fuse_gelu",
         "fuse_layernorm",
+        "fuse_attention",
+        "fuse_rms_norm",
     }
     assert [p.name for p in fusion_passes() if p.selected("basic", exact=False)] == [
         "eliminate_inference_dropout",
@@ -348,10 +350,13 @@ def test_bert_encoder_fused_matches_onnxruntime(layernorm):
     assert ops.count(ln) == 2 * 2
     gelu = [n for n in sess.graph.nodes if n.info.attrs.get("activation") == "Gelu"]
     assert len(gelu) == 2
-    # per layer the passes remove the 6 bias Adds, the 5 GELU nodes (into a FusedMatMul) and,
-    # for the primitives, 8 of the 9 nodes of both layer norms
+    assert ops.count("com.graphrt.Attention") == 2 and "Softmax" not in ops
+    # per layer the passes remove the 6 bias Adds, the 5 GELU nodes (into a FusedMatMul), the
+    # 5 nodes of the attention (the key's Transpose, two MatMuls, the scale's Mul and the
+    # Softmax) for an Attention and the key's new Transpose, and, for the primitives, 8 of the
+    # 9 nodes of both layer norms
     unfused = graphrt.Session(model, optimization_level="none")
-    removed = 2 * (6 + 5 + (16 if layernorm == "primitives" else 0))
+    removed = 2 * (6 + 5 + 3 + (16 if layernorm == "primitives" else 0))
     assert len(unfused.graph.nodes) - len(sess.graph.nodes) == removed
 
 

@@ -16,10 +16,18 @@ along a last axis of total_len, and both products read or write the (total_len, 
 block of each (batch, KV head) with a row stride (BLAS takes any leading dimension at the
 same speed).  Group-query
 attention needs no repeated K/V: query head ``h`` reads K/V head ``h // G`` (``G = q_heads /
-kv_heads``), and the scaled queries, laid out (batch, q_heads, q_len, head), are the same
-memory as (batch, kv_heads, G * q_len, head), so one batched product per KV head serves its G
-query heads.  3-D inputs (batch, seq, heads * size) are the 4-D tensors transposed; they are
-copied once into the head-major scratch the products read.
+kv_heads``), and the scaled queries are written transposed, (batch, kv_heads, head, G *
+q_len), so one batched product per KV head serves its G query heads and reads a contiguous
+right operand (OpenBLAS multiplies by a transposed view up to 1.6x slower).  3-D inputs
+(batch, seq, heads * size) are the 4-D tensors transposed; they are copied once into the
+head-major scratch the products read.
+
+Blocks.  Every (batch, KV head) is independent of the others, so a large attention is cut
+into blocks of batches or KV heads (attention_blocks: a power of two of them, from the shapes
+only), each with scores of its own contiguous scratch, computed one after the other or on the
+intra-op threads.  A block's products are the same BLAS calls as those of the whole batched
+product and every other step is element-wise or runs down the keys of one query, so the bits
+do not depend on the thread count.
 
 The compute type is float32 (float64 for float64 inputs).  float16 and bfloat16 inputs are
 rounded to their type where the spec's function body casts: after scaling Q and K, after the
@@ -37,6 +45,7 @@ scores.  Not exact: numpy's exp and BLAS products.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +57,9 @@ from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant, is_float
 from .attention_mask import BiasPlan, build_bias, mask_fits, plan_bias
+
+#: The domain of the node fuse_attention writes: its mask broadcasts as the graph's Add did.
+FUSED_DOMAIN = "com.graphrt"
 
 #: softmax_precision values (TensorProto element types) and their numpy types.
 PRECISIONS = {
@@ -125,23 +137,26 @@ def softmax_rows(
         round_to(s, low)
 
 
-def products(ctx: KernelContext, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out = a @ b over the leading (batch, heads) dims; with intra-op threads and enough work,
-    one (batch, head) product per item (each the same BLAS call as in the batched product, so
-    the bits do not depend on the thread count)."""
-    pool = ctx.pool
-    pairs = out.shape[0] * out.shape[1]
-    work = out.size * a.shape[-1]
-    if pool is None or getattr(pool, "threads", 1) == 1 or pairs == 1 or work < 1 << 21:
-        np.matmul(a, b, out=out)
-        return
-    heads = out.shape[1]
+#: Attention of at least this many multiply-adds (Q K^T's) is cut into blocks of batches and
+#: KV heads, at most MAX_BLOCKS of them, about this much work each.
+BLOCK_WORK = 1 << 21
+MAX_BLOCKS = 16
 
-    def item(i: int) -> None:
-        bi, hi = divmod(i, heads)
-        np.matmul(a[bi, hi], b[bi, hi], out=out[bi, hi])
 
-    ctx.parallel_for(pairs, item)
+def attention_blocks(b: int, hkv: int, work: int) -> tuple[tuple[int, int, int, int], ...]:
+    """The (b0, b1, h0, h1) blocks of batches and KV heads a run computes one by one or on the
+    intra-op threads: every (batch, KV head) is independent of the others.  A power of two of
+    them (about BLOCK_WORK multiply-adds each, at most MAX_BLOCKS), the first the largest; the
+    blocks depend on the shapes only, so the bits do not depend on the thread count."""
+    target = min(MAX_BLOCKS, work // BLOCK_WORK)
+    if target <= 1 or b * hkv == 1:
+        return ((0, b, 0, hkv),)
+    target = 1 << (target.bit_length() - 1)
+    if target <= b:  # whole batches
+        step = -(-b // target)
+        return tuple((i, min(b, i + step), 0, hkv) for i in range(0, b, step))
+    step = -(-hkv // min(hkv, target // b))  # KV heads per block within each batch
+    return tuple((i, i + 1, h, min(hkv, h + step)) for i in range(b) for h in range(0, hkv, step))
 
 
 def head_major(x: np.ndarray, heads: int) -> np.ndarray:
@@ -173,10 +188,10 @@ class _Plan:
     ct: np.dtype
     sqrt_q: np.ndarray  # 0-d, T1: the factors Q and K are multiplied by
     sqrt_k: np.ndarray
-    qs: int  # scratch: scaled Q (b, hq, q_len, d) in ct
+    qs: int  # scratch: scaled Q transposed, (b, hkv, d, g * q_len) in ct
     ks: int  # scratch: scaled present K (b, hkv, total, d) in ct
-    scores: int  # (total, b, hkv, g * q_len) in ct: keys first
-    red: int  # (1, b, hkv, g * q_len)
+    scores: int  # (total, b, hkv, g * q_len) in ct, keys first (blocks: (n, total, bb, hh, ..))
+    red: int  # (1, b, hkv, g * q_len) (blocks: (n, 1, bb, hh, g * q_len))
     #: Divide Y by the row sums after the product with V (no normalised probabilities needed).
     late_division: bool
     vs: int | None  # present V in ct when V cannot be read as it is
@@ -186,6 +201,9 @@ class _Plan:
     #: Scratch of the softmax type (scores' shape, rows' shape) when narrower than ct
     soft_round: tuple[int, int] | None
     bias: BiasPlan | None
+    #: (b0, b1, h0, h1) blocks of batches and KV heads, run one by one or on the intra-op
+    #: threads (from the shapes only: attention_blocks)
+    blocks: tuple[tuple[int, int, int, int], ...]
 
 
 class Attention(OpKernel):
@@ -326,8 +344,13 @@ class Attention(OpKernel):
         scale = self.scale if self.scale is not None else 1 / math.sqrt(d) if d else 1.0
         root = t1.type(math.sqrt(abs(scale)))
         add = ctx.add_scratch
-        scores = (total, b, hkv, g * q_len)
-        rows = (1, b, hkv, g * q_len)
+        blocks = attention_blocks(b, hkv, b * hq * q_len * total * d)
+        if len(blocks) == 1:
+            scores, rows = (total, b, hkv, g * q_len), (1, b, hkv, g * q_len)
+        else:  # one (total, bb, hh, g * q_len) part per block: each contiguous
+            bb, hh = blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2]
+            scores = (len(blocks), total, bb, hh, g * q_len)
+            rows = (len(blocks), 1, bb, hh, g * q_len)
         low = narrower(t1, ct)
         low_scores = add(t1, scores) if low else None
         soft = self.precision if self.precision is not None else t1
@@ -341,7 +364,7 @@ class Attention(OpKernel):
             b, hq, hkv, q_len, kv_len, past, d, dv, three_d, ct,
             constant(t1, -root if scale < 0 else root),
             constant(t1, root),
-            add(ct, (b, hq, q_len, d)),
+            add(ct, (b, hkv, d, g * q_len)),
             add(ct, (b, hkv, total, d)),
             add(ct, scores),
             add(ct, rows),
@@ -353,8 +376,9 @@ class Attention(OpKernel):
             soft_round,
             plan_bias(
                 ctx, ct, b, q_len, total, past, mask_shape, mask_dtype, self.has_nonpad,
-                self.causal, self.left, self.right,
+                self.causal, self.left, self.right, self.node.domain == FUSED_DOMAIN,
             ),
+            blocks,
         )  # fmt: skip
 
     # -- running ---------------------------------------------------------------------------
@@ -368,115 +392,163 @@ class Attention(OpKernel):
         for dst, old, new in ((present_k, past_k, k4), (present_v, past_v, v4)):
             if dst is not None:
                 _concat(dst, old, new, p.past)
-        s = self._scores(ctx, p, head_major(ins[0], p.hq), k4, past_k)
-        if s is None:  # no queries or no keys: every row is fully masked
+        if p.past + p.kv_len == 0 or p.q_len == 0:  # every row is fully masked
             y.fill(0)
             if qk_out is not None:
                 qk_out.fill(0)
             return
+        # what every block shares: the scaled keys, the values, the bias
+        if p.low_q is None:
+            _scale_concat(sc[p.ks], past_k, k4, p.past, p.sqrt_k)
+        else:  # float16/bfloat16: scaled in T1, as the spec's body does
+            lk = sc[p.low_q[1]]
+            _scale_concat(lk, past_k, k4, p.past, p.sqrt_k)
+            np.copyto(sc[p.ks], lk, casting="unsafe")
+        if p.vs is None:
+            vv = present_v if p.past else v4
+        else:
+            vv = sc[p.vs]
+            _concat(vv, past_v, v4, p.past)
+        bias = masked = None
+        if p.bias is not None:
+            bias, masked = build_bias(p.bias, sc, ins[3], ins[6], p.q_len)
         g = p.hq // p.hkv
-        s5 = s.reshape(-1, p.b, p.hkv, g, p.q_len)  # (total, b, hkv, g, q_len)
-        qk5 = None
-        if qk_out is not None:  # the (b, hq, q_len, total) output as the scores' 5-D view
-            qk5 = qk_out.reshape(p.b, p.hkv, g, p.q_len, -1).transpose(4, 0, 1, 2, 3)
-        mode = self.mode if qk_out is not None else -1
-        low = sc[p.low_scores] if p.low_scores is not None else None
+        run = _Run(
+            p,
+            sc,
+            head_major(ins[0], p.hq),
+            vv,
+            y,
+            None if qk_out is None else qk_out.reshape(p.b, p.hkv, g, p.q_len, -1),
+            None if bias is None else keys_first5(bias, p.hkv, g),
+            None if masked is None else keys_first5(masked, p.hkv, g),
+        )
+        if len(p.blocks) == 1:
+            self._block(run, 0)
+        else:
+            ctx.parallel_for(len(p.blocks), functools.partial(self._block, run))
+
+    def _block(self, r: _Run, i: int) -> None:
+        """Batches b0..b1 and KV heads h0..h1 (with their query heads), from the scores to Y.
+
+        The products of a block are the (batch, KV head) products of the whole batched
+        product, and every other step works element by element or down the keys of each
+        query, so a block computes the bits the whole would."""
+        p, sc = r.plan, r.scratch
+        g = p.hq // p.hkv
+        b0, b1, h0, h1 = p.blocks[i]
+        bh = (slice(b0, b1), slice(h0, h1))
+
+        def part(index: int) -> np.ndarray:  # the block's own scores-shaped scratch
+            a = sc[index]
+            return a if len(p.blocks) == 1 else a[i][:, : b1 - b0, : h1 - h0]
+
+        heads = (slice(b0, b1), slice(h0 * g, h1 * g))  # the query heads of KV heads h0..h1
+        # the scaled queries transposed, (bb, hh, d, g * q_len): BLAS multiplies by a
+        # contiguous right operand faster than by a transposed view
+        qs = sc[p.qs][bh]
+        q5 = r.q4[heads].reshape(b1 - b0, h1 - h0, g, p.q_len, p.d)
+        qs5 = qs.reshape(b1 - b0, h1 - h0, p.d, g, p.q_len).transpose(0, 1, 3, 4, 2)
+        if p.low_q is None:
+            np.multiply(q5, p.sqrt_q, out=qs5)
+        else:  # float16/bfloat16: scaled in T1, as the spec's body does
+            lq = sc[p.low_q[0]][heads]
+            np.multiply(r.q4[heads], p.sqrt_q, out=lq)
+            np.copyto(qs5, lq.reshape(q5.shape), casting="unsafe")
+        s = part(p.scores)  # (total, bb, hh, g * q_len): keys first
+        np.matmul(sc[p.ks][bh], qs, out=s.transpose(1, 2, 0, 3))
+        s5 = s.reshape(s.shape[:3] + (g, p.q_len))
+        mode = self.mode if r.qk5 is not None else -1
+        qk = None if r.qk5 is None else r.qk5[bh].transpose(4, 0, 1, 2, 3)
+        low = None if p.low_scores is None else part(p.low_scores)
         if low is not None:
             round_to(s, low)
         if mode == 0:
-            np.copyto(qk5, s5, casting="unsafe")
+            np.copyto(qk, s5, casting="unsafe")
         if self.softcap > 0:
             cap = constant(p.ct, self.softcap)
             np.divide(s, cap, out=s)
             np.tanh(s, out=s)
             np.multiply(s, cap, out=s)
         if mode == 1:
-            np.copyto(qk5, s5, casting="unsafe")
-        masked = None
-        if p.bias is not None:
-            bias, masked = build_bias(p.bias, sc, ins[3], ins[6], p.q_len)
-            np.add(s5, keys_first5(bias, p.hkv, g), out=s5)
+            np.copyto(qk, s5, casting="unsafe")
+        if r.bias5 is not None:
+            np.add(s5, _part(r.bias5, b0, b1, h0, h1), out=s5)
         if mode == 2:
-            np.copyto(qk5, s5, casting="unsafe")
-        red = sc[p.red]
+            np.copyto(qk, s5, casting="unsafe")
+        red = part(p.red)
         if p.soft_round is None:
             exp_rows(s, red, 0)
             if not p.late_division:
                 row_sums(s, red, 0)
                 np.divide(s, red, out=s)
         else:  # the softmax runs on values of softmax_precision's type
-            soft, soft_red = sc[p.soft_round[0]], sc[p.soft_round[1]]
+            soft, soft_red = part(p.soft_round[0]), part(p.soft_round[1])
             round_to(s, soft)
             softmax_rows(s, red, 0, soft, soft_red)
-        if masked is not None:
-            np.copyto(s5, constant(p.ct, 0), where=keys_first5(masked, p.hkv, g))
+        if r.masked5 is not None:
+            np.copyto(s5, constant(p.ct, 0), where=_part(r.masked5, b0, b1, h0, h1))
         if mode == 3:
-            np.copyto(qk5, s5, casting="unsafe")
-        if low is not None and (p.soft_round is None or sc[p.soft_round[0]] is not low):
+            np.copyto(qk, s5, casting="unsafe")
+        if low is not None and (p.soft_round is None or p.soft_round[0] != p.low_scores):
             round_to(s, low)  # the probabilities in T1 before the product with V
         if p.late_division:
             row_sums(s, red, 0)
-        self._output(ctx, p, s, red, y, v4, past_v, present_v)
-
-    @staticmethod
-    def _scores(
-        ctx: KernelContext, p: _Plan, q4: np.ndarray, k4: np.ndarray, past_k: Any
-    ) -> np.ndarray | None:
-        """(present K * root) @ (Q * root)^T into the keys-first scores; None when empty."""
-        sc = ctx.scratch
-        qs, ks = sc[p.qs], sc[p.ks]
-        if p.low_q is None:
-            np.multiply(q4, p.sqrt_q, out=qs)
-            _scale_concat(ks, past_k, k4, p.past, p.sqrt_k)
-        else:  # float16/bfloat16: scaled in T1, as the spec's body does
-            lq, lk = sc[p.low_q[0]], sc[p.low_q[1]]
-            np.multiply(q4, p.sqrt_q, out=lq)
-            np.copyto(qs, lq, casting="unsafe")
-            _scale_concat(lk, past_k, k4, p.past, p.sqrt_k)
-            np.copyto(ks, lk, casting="unsafe")
-        if p.past + p.kv_len == 0 or p.q_len == 0:
-            return None
-        s = sc[p.scores]
-        grouped = qs.reshape(p.b, p.hkv, -1, p.d)  # (b, hkv, g * q_len, d)
-        products(ctx, ks, grouped.swapaxes(-1, -2), s.transpose(1, 2, 0, 3))
-        return s
+        self._output(p, sc, r, s, red, bh)
 
     @staticmethod
     def _output(
-        ctx: KernelContext,
         p: _Plan,
+        sc: Sequence[np.ndarray],
+        r: _Run,
         s: np.ndarray,
         red: np.ndarray,
-        y: np.ndarray,
-        v4: np.ndarray,
-        past_v: Any,
-        present_v: Any,
+        bh: tuple[slice, slice],
     ) -> None:
-        """Y = probs @ V (then / the row sums when the division comes late)."""
-        sc = ctx.scratch
-        if p.vs is None:
-            vv = present_v if p.past else v4
-        else:
-            vv = sc[p.vs]
-            _concat(vv, past_v, v4, p.past)
+        """Y = probs @ V for the block (then / the row sums when the division comes late)."""
         g = p.hq // p.hkv
-        yh = sc[p.yh] if p.yh is not None else y
-        grouped = yh.reshape(p.b, p.hkv, g * p.q_len, p.dv)
-        products(ctx, s.transpose(1, 2, 3, 0), vv, grouped)
+        yh = sc[p.yh] if p.yh is not None else r.y
+        grouped = yh.reshape(p.b, p.hkv, g * p.q_len, p.dv)[bh]
+        np.matmul(s.transpose(1, 2, 3, 0), r.vv[bh], out=grouped)
+        sums = red[0][..., None]  # (bb, hh, g * q_len, 1)
         if p.yh is None:
             if p.late_division:
-                np.divide(grouped, red.reshape(p.b, p.hkv, -1, 1), out=grouped)
+                np.divide(grouped, sums, out=grouped)
             return
         # Y from the (b, hkv, g, q_len, dv) result: 3-D Y as (b, q_len, hkv, g, dv) transposed
-        src = yh.reshape(p.b, p.hkv, g, p.q_len, p.dv)
         if p.three_d:
-            dst = y.reshape(p.b, p.q_len, p.hkv, g, p.dv).transpose(0, 2, 3, 1, 4)
+            dst = r.y.reshape(p.b, p.q_len, p.hkv, g, p.dv).transpose(0, 2, 3, 1, 4)
         else:
-            dst = y.reshape(p.b, p.hkv, g, p.q_len, p.dv)
+            dst = r.y.reshape(p.b, p.hkv, g, p.q_len, p.dv)
+        dst = dst[bh]
+        src = grouped.reshape(dst.shape)
         if p.late_division:
-            np.divide(src, red.reshape(p.b, p.hkv, g, p.q_len, 1), out=dst, casting="unsafe")
+            np.divide(src, sums.reshape(dst.shape[:-1] + (1,)), out=dst, casting="unsafe")
         else:
             np.copyto(dst, src, casting="unsafe")
+
+
+def _part(x: np.ndarray, b0: int, b1: int, h0: int, h1: int) -> np.ndarray:
+    """A keys-first 5-D (total | 1, b | 1, hkv | 1, g | 1, q_len) array's part for batches
+    b0..b1 and KV heads h0..h1 (a broadcast dimension stays whole)."""
+    whole = slice(None)
+    return x[
+        :, slice(b0, b1) if x.shape[1] > 1 else whole, slice(h0, h1) if x.shape[2] > 1 else whole
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What one run's blocks share."""
+
+    plan: _Plan
+    scratch: Sequence[np.ndarray]
+    q4: np.ndarray  # Q as (b, hq, q_len, d) (a view; 3-D Q transposed)
+    vv: np.ndarray  # present V in the compute type, (b, hkv, total, dv)
+    y: np.ndarray
+    qk5: np.ndarray | None  # qk_matmul_output as (b, hkv, g, q_len, total)
+    bias5: np.ndarray | None  # keys first, 5-D (keys_first5)
+    masked5: np.ndarray | None
 
 
 def _concat(dst: np.ndarray, past: np.ndarray | None, new: np.ndarray, n_past: int) -> None:

@@ -52,7 +52,7 @@ class BiasPlan:
     rows_max: int | None  # scratch: each query's largest bias
     any_row: int | None  # scratch: 0-d bool, whether any query is fully masked
     mask_rank4: tuple[int, ...] | None  # attn_mask viewed with 4 dims
-    mask_len: int  # its last dimension (<= total_len)
+    mask_len: int  # its last dimension (<= total_len), or total_len when it broadcasts
     mask_bool: bool
     structure: np.ndarray | None  # additive causal/window bias, fixed offset (total, 1, 1, q)
     per_batch: bool  # nonpad_kv_seqlen given: per-batch offsets and padding
@@ -78,8 +78,12 @@ def plan_bias(
     causal: bool,
     left: int,
     right: int,
+    broadcast_keys: bool = False,
 ) -> BiasPlan | None:
-    """The bias of one plan; None when nothing masks (no mask, not causal, no window/nonpad)."""
+    """The bias of one plan; None when nothing masks (no mask, not causal, no window/nonpad).
+
+    ``broadcast_keys``: a mask with one key applies to every key (numpy broadcasting, as the
+    unfused Add of com.graphrt.Attention's graph did) instead of being padded with -inf."""
     windowed = left >= 0 or right >= 0
     if mask_shape is None and not nonpad and not causal and not windowed:
         return None
@@ -123,7 +127,7 @@ def plan_bias(
         ctx.add_scratch(ct, rows_shape),
         ctx.add_scratch(np.bool_, ()),
         mask4,
-        mask4[-1] if mask4 else 0,
+        (total if broadcast_keys and mask4[-1] == 1 else mask4[-1]) if mask4 else 0,
         mask_dtype is not None and mask_dtype == np.bool_,
         structure,
         nonpad,

@@ -12,9 +12,18 @@ from graphrt.passes import GraphPass
 
 
 def fusion_passes() -> list[GraphPass]:
+    from .attention import FuseAttention
     from .dropout import EliminateInferenceDropout
     from .gelu import FuseGelu
     from .layernorm import FuseLayerNorm
     from .products import FuseProductActivation
+    from .rms_norm import FuseRMSNorm
 
-    return [EliminateInferenceDropout(), FuseLayerNorm(), FuseGelu(), FuseProductActivation()]
+    return [
+        EliminateInferenceDropout(),
+        FuseLayerNorm(),
+        FuseGelu(),
+        FuseProductActivation(),
+        FuseAttention(),
+        FuseRMSNorm(),
+    ]
