@@ -12,6 +12,7 @@ the ratios are what to read.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import pkgutil
@@ -22,16 +23,16 @@ import numpy as np
 import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_check_shapes import alternate  # noqa: E402
-
-import breadth  # noqa: E402
+import breadth
+from bench_check_shapes import alternate
 
 #: The ratio the issue allows.
 BAR = 3.0
 
 
 def families() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(breadth.__path__) if not m.name.startswith("_"))
+    modules = pkgutil.iter_modules(breadth.__path__)
+    return sorted(m.name for m in modules if not m.name.startswith("_"))
 
 
 def _ort_session(data: bytes, threads: int):
@@ -86,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             names = [o.name for o in case.model.graph.output]
             agree = _agree(ours.run(names, case.feed), theirs.run(names, case.feed))
             t_gr, t_ort = alternate(
-                [lambda: ours.run(names, case.feed), lambda: theirs.run(names, case.feed)],
+                [
+                    functools.partial(ours.run, names, case.feed),
+                    functools.partial(theirs.run, names, case.feed),
+                ],
                 args.rounds,
             )
             ratio = t_gr / t_ort

@@ -31,7 +31,8 @@ def _suite_operators() -> dict[tuple[str, str], dict[int, str]]:
     for case in all_cases():
         if case.model is None:
             continue
-        opsets = {_DOMAIN_ALIASES.get(o.domain, o.domain): o.version for o in case.model.opset_import}
+        imports = case.model.opset_import
+        opsets = {_DOMAIN_ALIASES.get(o.domain, o.domain): o.version for o in imports}
         local = {(f.domain, f.name) for f in case.model.functions}
         visit(case.model.graph, opsets, case.name)
         for key in local:

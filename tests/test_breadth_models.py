@@ -23,7 +23,8 @@ RTOL = 1e-4
 
 def _needs_opset(opset: int) -> None:
     if onnxruntime_limits()[1] < opset:
-        pytest.skip(f"the installed onnxruntime loads ai.onnx up to opset {onnxruntime_limits()[1]}")
+        limit = onnxruntime_limits()[1]
+        pytest.skip(f"the installed onnxruntime loads ai.onnx up to opset {limit}")
 
 
 def _compare(model, feed, rtol=RTOL, atol=1e-5, **options):
@@ -110,7 +111,7 @@ def detection_head(seed: int = 0):
 def test_detection_head_matches_onnxruntime():
     _needs_opset(19)
     model, feed = detection_head()
-    selected, kept, _, _ = _compare(model, feed)
+    selected, _, _, _ = _compare(model, feed)
     assert 0 < len(selected) <= 12  # the case is not vacuous: some boxes survive
 
 
@@ -243,7 +244,7 @@ def decoder_masks(seed: int = 3, seq: int = 7, dim: int = 8):
 
 def test_decoder_masks_match_onnxruntime():
     model, feed = decoder_masks()
-    positions, attn, best, _ = _compare(model, feed)
+    positions, _, best, _ = _compare(model, feed)
     np.testing.assert_array_equal(positions[1], [1, 2, 3, 4, 5, 5, 5])
     assert np.all(best <= np.arange(7))  # the causal mask holds
 
