@@ -324,3 +324,84 @@ def test_profiler_is_bounded_and_writes_a_chrome_trace(tmp_path):
     prof.write_chrome_trace(path)
     trace = json.loads(path.read_text())["traceEvents"]
     assert trace and all(e["ph"] == "X" and e["dur"] >= 0 for e in trace)
+
+
+# -- dynamic steps: infer again only when what it read changes ---------------------------------
+
+
+class _CountingRepeat:
+    """com.t.Repeat(x, n): x tiled n times along axis 0; counts its infer calls."""
+
+    calls = 0
+
+    def __new__(cls, node):
+        from graphrt.kernel import OpKernel
+
+        class Repeat(OpKernel):
+            def infer(self, ctx):
+                _CountingRepeat.calls += 1
+                n = int(ctx.value(1))
+                ctx.set_output(0, ctx.dtype(0), (ctx.shape(0)[0] * n, *ctx.shape(0)[1:]))
+                ctx.prepared = n
+
+            def run(self, ctx, inputs, outputs):
+                np.copyto(outputs[0], np.concatenate([inputs[0]] * ctx.prepared))
+
+        return Repeat(node)
+
+
+def _repeat_model():
+    node = helper.make_node("Repeat", ["x", "n"], ["y"], domain="com.t")
+    return make_model(
+        [node],
+        [tensor("x", shape=[2, 3]), tensor("n", TensorProto.INT64, [])],
+        [tensor("y")],
+        domains=["com.t"],
+    )
+
+
+def test_a_dynamic_step_infers_again_only_when_a_value_it_read_changes():
+    _CountingRepeat.calls = 0
+    sess = graphrt.Session(_repeat_model(), custom_kernels={("com.t", "Repeat"): _CountingRepeat})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for n in (2, 2, 2, 3, 3, 2, 1, 1):
+        (y,) = sess.run(None, {"x": x, "n": np.array(n, np.int64)})
+        np.testing.assert_array_equal(y, np.concatenate([x] * n))
+    assert _CountingRepeat.calls == 5  # 2, 3, 2, 1: each change infers once (+1 at planning)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dynamic_steps_follow_changing_run_time_values(threads):
+    """Run-time k, depth and shape: each run's result follows its own values, also when the
+    same values come back and when runs alternate between pooled run states."""
+    nodes = [
+        helper.make_node("TopK", ["x", "k"], ["vals", "idx"]),
+        helper.make_node("OneHot", ["idx", "depth", "onoff"], ["hot"]),
+        helper.make_node("Reshape", ["vals", "shape"], ["flat"]),
+    ]
+    model = make_model(
+        nodes,
+        [
+            tensor("x", shape=[2, 6]),
+            tensor("k", TensorProto.INT64, [1]),
+            tensor("depth", TensorProto.INT64, []),
+            tensor("shape", TensorProto.INT64, [1]),
+        ],
+        [tensor("hot"), tensor("flat")],
+        [init("onoff", np.array([0.0, 1.0], np.float32))],
+        opset=13,
+    )
+    sess = graphrt.Session(model, intra_op_threads=threads)
+    x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
+    order = np.argsort(-x, axis=1, kind="stable")
+    for k, depth in [(2, 6), (2, 6), (3, 6), (3, 8), (2, 6), (1, 7), (1, 7)]:
+        feed = {
+            "x": x,
+            "k": np.array([k], np.int64),
+            "depth": np.array(depth, np.int64),
+            "shape": np.array([2 * k], np.int64),
+        }
+        hot, flat = sess.run(None, feed)
+        assert hot.shape == (2, k, depth)
+        np.testing.assert_array_equal(np.argmax(hot, axis=-1), order[:, :k])
+        np.testing.assert_array_equal(flat, np.take_along_axis(x, order[:, :k], 1).reshape(-1))

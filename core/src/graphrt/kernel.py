@@ -166,7 +166,17 @@ class OpDef:
 class InferContext:
     """What ``infer`` sees: input types, shapes and (when known) values; where it states outputs."""
 
-    __slots__ = ("_const", "_dtypes", "_out", "_shapes", "_values", "exact", "prepared", "scratch")
+    __slots__ = (
+        "_const",
+        "_dtypes",
+        "_out",
+        "_shapes",
+        "_values",
+        "exact",
+        "prepared",
+        "read",
+        "scratch",
+    )
 
     def __init__(
         self,
@@ -186,6 +196,8 @@ class InferContext:
         self.exact = exact
         #: (dtype, shape) of temporary arrays ``run`` needs; placed in the slab by the planner.
         self.scratch: list[tuple[np.dtype, Shape]] = []
+        #: Inputs whose values ``infer`` read: a dynamic node's result depends on these only.
+        self.read: set[int] = set()
 
     @property
     def num_inputs(self) -> int:
@@ -213,10 +225,12 @@ class InferContext:
         v = self._values[i] if i < len(self._values) else None
         if v is None:
             raise NeedsRunTimeValues(i)
+        self.read.add(i)
         return v
 
     def known_value(self, i: int) -> np.ndarray | None:
         """The input's value if known now, else None (never makes the node dynamic)."""
+        self.read.add(i)
         return self._values[i] if i < len(self._values) else None
 
     def set_output(self, i: int, dtype: Any, shape: Sequence[int]) -> None:
@@ -252,6 +266,7 @@ class KernelContext:
         "allocated",
         "arena",
         "exact",
+        "inferred",
         "node",
         "pool",
         "prepared",
@@ -279,6 +294,9 @@ class KernelContext:
         #: The run's binding map of symbolic dims when ``check_shapes`` is on (else None):
         #: bodies run through :meth:`BodySession.run` with this context share it.
         self.shape_bindings: dict[str, Any] | None = None
+        #: A dynamic step's last ``infer`` result, reused while its inputs' types and the values
+        #: it read are the same (graphrt.runstate).
+        self.inferred: Any = None
 
     def allocate_output(self, i: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
         """For data-dependent kernels: an output array of the given type and shape."""

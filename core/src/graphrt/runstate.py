@@ -183,16 +183,15 @@ class RunState:
             kernel.run(kctx, ins, [None] * len(node.outputs))
             outs = kctx.allocated + [None] * (len(node.outputs) - len(kctx.allocated))
         else:
-            ctx = InferContext(
-                [_dtype(x) for x in ins],
-                [_shape(x) for x in ins],
-                ins,
-                len(node.outputs),
-                exact=kctx.exact,
-            )
-            kernel.infer(ctx)
-            consts = ctx.constant_outputs()
-            types = ctx.output_types()
+            dtypes = [_dtype(x) for x in ins]
+            shapes = [_shape(x) for x in ins]
+            known = _reusable(kctx.inferred, dtypes, shapes, ins)
+            if known is None:
+                ctx = InferContext(dtypes, shapes, ins, len(node.outputs), exact=kctx.exact)
+                kernel.infer(ctx)
+                known = _Inferred.of(ctx, dtypes, shapes, ins)
+                kctx.inferred = known if known.read is not None else None
+            types, consts = known.types, known.consts
             if kernel.view_of_input:
                 outs = [ins[0].reshape(types[0][1])]
             elif any(c is not None for c in consts):
@@ -200,8 +199,8 @@ class RunState:
             else:
                 arena = self.arena
                 outs = [None if t is None else arena.allocate(t[0], t[1]) for t in types]
-                kctx.prepared = ctx.prepared
-                kctx.scratch = [arena.allocate(d, s) for d, s in ctx.scratch]
+                kctx.prepared = known.prepared
+                kctx.scratch = [arena.allocate(d, s) for d, s in known.scratch]
                 kernel.run(kctx, ins, outs)
         for v, x in zip(node.outputs, outs):
             if v >= 0:
@@ -314,6 +313,61 @@ def _bind(node: Any, kctx: KernelContext, ins: list, outs: list) -> Any:
         raise SessionError(
             "invalid_input", f"{info.label} failed: {type(exc).__name__}: {exc}", node=info.name
         ) from exc
+
+
+#: Bytes of input values a dynamic step's reused ``infer`` result may depend on (larger values
+#: are not compared every run: the step is shaped again instead).
+_MEMO_BYTES = 1024
+
+
+class _Inferred:
+    """A dynamic step's ``infer`` result and what it was computed from.
+
+    ``infer`` sees input types, shapes and the values it reads through ``ctx.value`` /
+    ``known_value``; nothing else.  So while the types, shapes and the read values are the same,
+    its result is too: the step skips ``infer``.  The read inputs must be the very same array
+    objects (a run state's slab views and input staging arrays are), because ``prepared`` may
+    hold them.
+    """
+
+    __slots__ = ("consts", "dtypes", "prepared", "read", "scratch", "shapes", "types")
+
+    def __init__(self, **fields: Any) -> None:
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    @staticmethod
+    def of(ctx: InferContext, dtypes: list, shapes: list, ins: list) -> _Inferred:
+        """The result; ``read`` is None when it may not be reused (large or non-tensor values
+        read, or constant outputs, which a later run must not share)."""
+        consts = ctx.constant_outputs()
+        read: list | None = [] if all(c is None for c in consts) else None
+        for i in sorted(ctx.read):
+            x = ins[i] if i < len(ins) else None
+            if read is None:
+                break
+            if not isinstance(x, np.ndarray) or x.nbytes > _MEMO_BYTES or x.dtype.hasobject:
+                read = None
+                break
+            read.append((i, x, x.tobytes()))
+        return _Inferred(
+            consts=consts,
+            dtypes=dtypes,
+            prepared=ctx.prepared,
+            read=read,
+            scratch=list(ctx.scratch),
+            shapes=shapes,
+            types=ctx.output_types(),
+        )
+
+
+def _reusable(known: _Inferred | None, dtypes: list, shapes: list, ins: list) -> _Inferred | None:
+    if known is None or known.dtypes != dtypes or known.shapes != shapes:
+        return None  # (a known result is always reusable: see _Inferred.of)
+    for i, x, data in known.read:
+        if ins[i] is not x or x.tobytes() != data:
+            return None
+    return known
 
 
 def _checked(f: Any, token: Any, check: Any) -> Any:
