@@ -6,27 +6,15 @@ or k included)."""
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
-from . import BenchCase
+from . import BenchCase, one_node
 
 
 def _case(name, op, feed, opset, consts=(), out_type=None, **attrs) -> BenchCase:
-    """A one-node model; ``consts`` are (name, array) initializers listed after the feeds.
-    Output 0 has the first input's type unless ``out_type`` says otherwise."""
-    names = list(feed) + [n for n, _ in consts]
-    first = helper.np_dtype_to_tensor_dtype(next(iter(feed.values())).dtype)
-    node = helper.make_node(op, names, ["y"], **attrs)
-    inputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-        for n, v in feed.items()
-    ]
-    outputs = [helper.make_tensor_value_info("y", out_type or first, None)]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in consts]
-    graph = helper.make_graph([node], "bench", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return BenchCase(name, model, feed)
+    """One node; output 0 has the first input's type unless ``out_type`` says otherwise."""
+    types = None if out_type is None else [out_type]
+    return one_node(name, op, feed, opset, tuple(consts), types, **attrs)
 
 
 def cases() -> list[BenchCase]:

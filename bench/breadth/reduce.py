@@ -5,32 +5,20 @@ Det and Einsum, each at its largest backend case's shape scaled up about 100x in
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from . import BenchCase
+from . import BenchCase, one_node
 
 OPSET = 21
 
 
 def _case(name, op, feed, consts=(), n_out=1, opset=OPSET, **attrs) -> BenchCase:
-    """A one-node model; ``consts`` are (name, array) initializers listed after the feeds.
-    Output 0 has the first input's type (int64 for ArgMax/ArgMin), the others int64."""
-    names = list(feed) + [n for n, _ in consts]
-    outs = [f"y{k}" for k in range(n_out)]
+    """One node; output 0 has the first input's type (int64 for ArgMax/ArgMin), the others
+    int64."""
     first = helper.np_dtype_to_tensor_dtype(next(iter(feed.values())).dtype)
     types = [TensorProto.INT64 if op in ("ArgMax", "ArgMin") else first]
     types += [TensorProto.INT64] * (n_out - 1)
-    node = helper.make_node(op, names, outs, **attrs)
-    inputs = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-        for n, v in feed.items()
-    ]
-    outputs = [helper.make_tensor_value_info(o, t, None) for o, t in zip(outs, types)]
-    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in consts]
-    graph = helper.make_graph([node], "bench", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return BenchCase(name, model, feed)
+    return one_node(name, op, feed, opset, tuple(consts), types, **attrs)
 
 
 def cases() -> list[BenchCase]:

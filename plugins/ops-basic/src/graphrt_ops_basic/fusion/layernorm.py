@@ -19,6 +19,8 @@ computed in float32), so the pass does not preserve bits and is skipped in exact
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from graphrt.passes import PassContext, PassGraph, PassNode
@@ -36,11 +38,13 @@ from ._match import (
 )
 
 
-class FuseLayerNorm(FusionPass):
-    name = "fuse_layernorm"
+class NormFusion(FusionPass):
+    """A normalization over the last axis, found from its first ReduceMean: ``_match`` returns
+    the fused node's inputs, its epsilon and the nodes it replaces."""
+
     min_level = "all"
     preserves_bits = False
-    order = 110
+    fused_op: ClassVar[str]
 
     def starts(self, node: PassNode) -> bool:
         return is_op(node, "ReduceMean")
@@ -51,7 +55,18 @@ class FuseLayerNorm(FusionPass):
             return None
         inputs, eps, old = found
         attrs = {"axis": -1, "epsilon": eps, "stash_type": 1}
-        return fusion(ctx, mean, "LayerNormalization", inputs, old, attrs, ("", GRAPHRT))
+        return fusion(ctx, mean, self.fused_op, inputs, old, attrs, ("", GRAPHRT))
+
+    def _match(
+        self, graph: PassGraph, mean: PassNode
+    ) -> tuple[list[str], float, list[PassNode]] | None:
+        raise NotImplementedError
+
+
+class FuseLayerNorm(NormFusion):
+    name = "fuse_layernorm"
+    order = 110
+    fused_op = "LayerNormalization"
 
     def _match(
         self, graph: PassGraph, mean: PassNode

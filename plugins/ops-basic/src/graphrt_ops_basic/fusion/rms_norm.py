@@ -25,38 +25,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrt.passes import PassContext, PassGraph, PassNode
+from graphrt.passes import PassGraph, PassNode
 
 from ._match import (
-    GRAPHRT,
-    Fusion,
-    FusionPass,
     float_constant,
-    fusion,
     is_op,
     other_input,
     scalar,
     sole_reader,
 )
-from .layernorm import _over_last_axis
+from .layernorm import NormFusion, _over_last_axis
 
 
-class FuseRMSNorm(FusionPass):
+class FuseRMSNorm(NormFusion):
     name = "fuse_rms_norm"
-    min_level = "all"
-    preserves_bits = False
     order = 150
-
-    def starts(self, node: PassNode) -> bool:
-        return is_op(node, "ReduceMean")
-
-    def fuse(self, graph: PassGraph, ctx: PassContext, mean: PassNode) -> Fusion | None:
-        found = self._match(graph, mean)
-        if found is None:
-            return None
-        inputs, eps, old = found
-        attrs = {"axis": -1, "epsilon": eps, "stash_type": 1}
-        return fusion(ctx, mean, "RMSNormalization", inputs, old, attrs, ("", GRAPHRT))
+    fused_op = "RMSNormalization"
 
     def _match(
         self, graph: PassGraph, mean: PassNode
