@@ -10,6 +10,7 @@ its reason and marked strict xfail in conftest.py, so a fix shows up as an unexp
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import unittest
@@ -19,7 +20,7 @@ import onnx.backend.test
 
 from graphrt.backend import GraphrtBackend
 from graphrt.errors import SessionError
-from tests._versions import NUMPY
+from tests._versions import NUMPY, ONNX
 
 # The runner writes generated inputs for the light models under $ONNX_HOME; keep that out of ~.
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "graphrt-onnx-home"))
@@ -101,7 +102,20 @@ EXPECTED_FAILURES: dict[str, str] = {
 }
 
 #: Known failures that may pass by chance: test-name regex -> reason; marked non-strict xfail.
-RANDOM_OUTPUTS: dict[str, str] = {
+RANDOM_OUTPUTS: dict[str, str] = {}
+
+if importlib.util.find_spec("graphrt_ops_simd") is None or (
+    os.environ.get("GRAPHRT_KERNEL_PATH") == "numpy"
+):
+    RANDOM_OUTPUTS[r"^test_squeezenet_cpu$"] = (
+        "numpy kernels only: light_squeezenet's weights are all equal (ConstantOfShape), so its "
+        "1000 logits are mathematically equal at about 9.5e9, where one float32 ulp is 1024; "
+        "Softmax turns a one-ulp difference between channels into a one-hot output instead of "
+        "0.001 everywhere. Which channels round up depends on the BLAS kernels numpy's "
+        "OpenBLAS picks for this CPU (OPENBLAS_CORETYPE), so the case passes or fails by machine"
+    )
+
+RANDOM_OUTPUTS |= {
     r"^test_bernoulli(_double)?(_expanded)?_cpu$": (
         "an unseeded Bernoulli draws fresh entropy in every session, so its 10 random bits match "
         "onnx's recorded draw only by chance (probability about 0.6%); "
@@ -125,6 +139,29 @@ if NUMPY < (2, 0):
         "DTypePromotionError (float16 and bfloat16/float8/float4 have no common type); the "
         "runner checked the dtype and shape before, and tests/ops/test_elementwise.py compares "
         "these cases' values in float32"
+    )
+
+if ONNX < (1, 21):
+    EXPECTED_FAILURES[r"^test_l2normalization_axis_0_cpu$"] = (
+        "onnx < 1.21 only: the stored expected output has NaN where a slice along axis 0 is all "
+        "zeros (0/0); onnx 1.21 (onnx#7618) specified LpNormalization's zero-norm output as 0 and "
+        "regenerated the case, which graphrt follows"
+    )
+if ONNX < (1, 22):
+    EXPECTED_FAILURES[r"^test_adam_multiple_cpu$"] = (
+        "onnx < 1.22 only: the case's model lacks the Adam node's epsilon attribute (so the "
+        "default 1e-6 applies) while its expected outputs were computed with epsilon=1e-2; onnx "
+        "1.22 (onnx#7763) added epsilon=0.01 to the model"
+    )
+    EXPECTED_FAILURES[
+        r"^test_attention_(3d_with_past_and_present_qk_matmul_(bias|softcap)"
+        r"|4d_with_past_and_present_qk_matmul_bias(_[34]d_mask(_causal)?)?"
+        r"|4d_with_qk_matmul_(bias|softcap))_cpu$"
+    ] = (
+        "onnx < 1.22 only: onnx 1.22 changed Attention in place (onnx#7867, onnx#7913): softcap "
+        "now applies before the mask/bias is added (it applied after), and qk_matmul_output_mode "
+        "1 and 2 swapped (1 = after softcap, 2 = after mask and softcap); these cases' models and "
+        "expected outputs follow the old order and numbering, graphrt the new ones"
     )
 
 with warnings.catch_warnings():

@@ -27,6 +27,7 @@ from graphrt.kernel import InferContext, KernelContext
 from graphrt_ops_basic.table import OPERATORS
 from tests._models import onnxruntime_limits, ort_session
 from tests._numpy_alloc import count_numpy_allocations
+from tests._versions import ONNX
 from tests.ops.node_cases import node_case_params, run_case
 
 OPS = {"RoiAlign", "NonMaxSuppression", "DeformConv", "Col2Im", "MaxUnpool", "CenterCropPad"}
@@ -160,7 +161,14 @@ def test_center_crop_pad_matches_the_spec(seed):
     want = spec_center_crop_pad(x, target, axes)
     inputs = {"x": x, "shape": np.array(target, np.int64)}
     np.testing.assert_array_equal(ours("CenterCropPad", inputs, 18, **attrs), want)
-    np.testing.assert_array_equal(reference("CenterCropPad", inputs, 18, **attrs), want)
+    if ONNX < (1, 20) and any(t == a != shape[a] for a, t in zip(axes, target)):
+        # onnx 1.19's reference leaves an axis alone when its target equals the axis' index
+        # (`sh == a`, onnx/onnx#6572): a crop to 0 on axis 0 keeps the axis.  The 1.23 of the
+        # default env compares with the dimension; onnxruntime's CenterCropPad checks there.
+        oracle = onnxruntime
+    else:
+        oracle = reference
+    np.testing.assert_array_equal(oracle("CenterCropPad", inputs, 18, **attrs), want)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from tests._versions import ONNX
 from tests.ops._math import (
     FACTORIES,
     INF,
@@ -41,7 +42,14 @@ from tests.ops.node_cases import node_case_params, run_case
 
 # -- onnx's node cases --------------------------------------------------------------------------
 
-NODE_CASES = node_case_params(OPS, {})
+NODE_CASE_FAILURES = {}
+if ONNX < (1, 21):
+    NODE_CASE_FAILURES["test_l2normalization_axis_0"] = (
+        "onnx < 1.21 only: the case's expected output has NaN where a slice along axis 0 is all "
+        "zeros (0/0); onnx 1.21 (onnx#7618) specified LpNormalization's zero-norm output as 0 "
+        "and regenerated the case, which graphrt follows"
+    )
+NODE_CASES = node_case_params(OPS, NODE_CASE_FAILURES)
 
 
 def test_every_operator_has_a_kernel_and_node_cases():
@@ -297,7 +305,15 @@ def test_celu_large_values():
 
 def test_celu_against_the_reference_evaluator():
     got = evaluate("Celu", ACT_X, opset=12, alpha=1.5)
-    np.testing.assert_allclose(got, reference("Celu", ACT_X, opset=12, alpha=1.5), rtol=1e-6)
+    x = f64(ACT_X)
+    close(got, np.maximum(x, 0) + np.minimum(0, 1.5 * np.expm1(x / 1.5)), np.float32, atol=0)
+    # onnx's reference computed alpha * (exp(x / alpha) - 1) in float32 (onnx 1.19), which
+    # cancels near 0 (about one float32 ulp of alpha absolute); onnx#8354 moved it to
+    # np.expm1, as the 1.23 of the default env has.  Older: compare within that error.
+    atol = 0 if ONNX >= (1, 23) else 1.5 * np.finfo(np.float32).eps
+    np.testing.assert_allclose(
+        got, reference("Celu", ACT_X, opset=12, alpha=1.5), rtol=1e-6, atol=atol
+    )
 
 
 def test_softsign_hardswish_mish_against_their_formulas():

@@ -261,7 +261,12 @@ def test_top_k_opset_forms_match_the_reference(opset):
             else:
                 k = np.array([3], np.int64)
                 got = evaluate("TopK", x, k, opset=opset, n_outputs=2, axis=axis, **attrs)
-                want = reference("TopK", x, k, opset=opset, n_outputs=2, axis=axis, **attrs)
+                oracle = dict(attrs)
+                if ONNX < (1, 23) and attrs.get("sorted") == 0:
+                    # onnx's reference raised for sorted=0 until onnx#8194 (in the 1.23 of the
+                    # default env) returned the sorted top k, a conformant order: ask for that.
+                    oracle["sorted"] = 1
+                want = reference("TopK", x, k, opset=opset, n_outputs=2, axis=axis, **oracle)
             same(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
 

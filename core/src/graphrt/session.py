@@ -218,7 +218,13 @@ class Session:
                         f"out[{name!r}] has shape {list(target.shape)} but the output has shape "
                         f"{list(value.shape)}",
                     )
-                np.copyto(target, value)
+                if target.dtype.kind == "V" and target.dtype.fields is None:
+                    # ml_dtypes' types (bfloat16, float8...): numpy 1 copies a user type
+                    # through a legacy cast that allocates a small array per call; copy bits.
+                    bits = np.dtype(f"u{target.dtype.itemsize}")
+                    np.copyto(target.view(bits), value.view(bits))
+                else:
+                    np.copyto(target, value)
                 delivered.append(target)
             else:
                 delivered.append(_copy_out(value))

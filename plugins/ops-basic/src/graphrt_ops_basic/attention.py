@@ -91,6 +91,13 @@ def round_to(a: np.ndarray, tmp: np.ndarray) -> None:
     np.copyto(a, tmp, casting="unsafe")
 
 
+@functools.lru_cache(maxsize=16)
+def _finfo_constant(dtype: np.dtype, name: str) -> np.ndarray:
+    """np.finfo(dtype).<name> as a read-only 0-d array, looked up once: numpy 1's finfo
+    properties (``tiny``, ``min``) build small arrays on every access."""
+    return constant(dtype, getattr(np.finfo(dtype), name))
+
+
 def exp_rows(s: np.ndarray, red: np.ndarray, axis: int, low: np.ndarray | None = None) -> None:
     """s = exp(s - max(s)) along ``axis``, in place (the softmax's numerators).
 
@@ -99,7 +106,7 @@ def exp_rows(s: np.ndarray, red: np.ndarray, axis: int, low: np.ndarray | None =
     row still comes out NaN (its differences are).  ``low``: round each step to its type.
     """
     np.fmax.reduce(s, axis=axis, keepdims=True, out=red)
-    np.maximum(red, constant(s.dtype, np.finfo(s.dtype).min), out=red)
+    np.maximum(red, _finfo_constant(s.dtype, "min"), out=red)
     np.subtract(s, red, out=s)
     if low is not None:
         round_to(s, low)
@@ -115,7 +122,7 @@ def row_sums(s: np.ndarray, red: np.ndarray, axis: int, red_low: np.ndarray | No
     np.add.reduce(s, axis=axis, keepdims=True, out=red)
     if red_low is not None:
         round_to(red, red_low)
-    np.maximum(red, constant(s.dtype, np.finfo(s.dtype).tiny), out=red)
+    np.maximum(red, _finfo_constant(s.dtype, "tiny"), out=red)
 
 
 def softmax_rows(

@@ -72,6 +72,23 @@ class _Random(OpKernel):
             raise self.fail(f"dtype {code} is not supported") from None
 
 
+_SIXTEEN = constant(np.uint32, 16)
+_ONE = constant(np.uint16, 1)
+_HALF = constant(np.uint32, 0x7FFF)
+
+
+def to_bfloat16(w: np.ndarray, out: np.ndarray) -> None:
+    """out = float32 ``w`` rounded to bfloat16 (nearest, ties to even), through integer ops on
+    the bits; ``w`` is overwritten.  numpy 1 runs ml_dtypes' cast as a legacy user-type cast,
+    which allocates a small array on every call.  A NaN numpy makes stays a quiet NaN."""
+    bits, high = w.view(np.uint32), out.view(np.uint16)
+    np.right_shift(bits, _SIXTEEN, out=high, casting="unsafe")
+    np.bitwise_and(high, _ONE, out=high)  # the kept part's lowest bit: ties go to even
+    np.add(bits, high, out=bits)
+    np.add(bits, _HALF, out=bits)
+    np.right_shift(bits, _SIXTEEN, out=high, casting="unsafe")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Affine:
     work: int | None  # float32 scratch when the output is float16/bfloat16
@@ -112,7 +129,11 @@ class _Continuous(_Random):
             self.draw(lambda rng: rng.random(out=w, dtype=w.dtype))
         np.multiply(w, p.scale, out=w)
         np.add(w, p.shift, out=w)
-        if w is not out:
+        if w is out:
+            return
+        if out.dtype.kind == "V":  # bfloat16
+            to_bfloat16(w, out)
+        else:
             np.copyto(out, w, casting="unsafe")
 
 

@@ -208,8 +208,8 @@ def _compute(
         np.fmax(indices, p.bounds[0], out=real)  # NaN -> low
         np.fmin(real, p.bounds[1], out=real)
         np.copyto(u, real, casting="unsafe")  # toward zero
-    else:
-        np.maximum(indices, p.bounds[0], out=u)
+    else:  # in intp: numpy 1 would cast the 0-d bound to a narrower index type every run
+        np.maximum(indices, p.bounds[0], out=u, dtype=u.dtype)
         np.minimum(u, p.bounds[1], out=u)
     if p.hot is not None:
         picked = more[0] if p.order is not None else out
