@@ -81,16 +81,21 @@ class Conv(NativeKernel):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out_shape)
         w = plan.w
-        native = _native.conv_plan(
-            np.ascontiguousarray(ctx.known_value(1), dtype=F32),
-            plan.group,
-            list(ctx.shape(0)),
-            list(w.strides),
-            list(w.dilations),
-            list(w.begin),
-            list(w.out),
-            self.isa,
-        )
+        try:  # the plan checks every size it derives (overflow, a bound of 2 GiB)
+            native = _native.conv_plan(
+                np.ascontiguousarray(ctx.known_value(1), dtype=F32),
+                plan.group,
+                list(ctx.shape(0)),
+                list(w.strides),
+                list(w.dilations),
+                list(w.begin),
+                list(w.out),
+                self.isa,
+            )
+        except ValueError as e:
+            message = str(e)
+            kind = "unsupported" if message.startswith("unsupported: ") else "invalid_model"
+            raise self.fail(message.removeprefix("unsupported: "), kind) from None
         work = ctx.add_scratch(F32, (native.work_floats,)) if native.work_floats else None
         bias = ctx.known_value(2) if ctx.has_input(2) else None
         if bias is not None:

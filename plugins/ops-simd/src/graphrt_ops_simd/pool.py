@@ -29,6 +29,10 @@ F32 = np.dtype(np.float32)
 FAST_ISAS = frozenset({"avx2", "avx512"})
 #: Window reads (outputs x taps) from which the planes are split over the intra-op threads.
 PARALLEL_READS = 1 << 18
+#: The most floats of the native kernel's per-thread work buffer (src/native/module.cpp's
+#: MAX_POOL_WORK): oh + 1 padded rows.  A larger geometry (a 139-byte model with a pad of 2^29
+#: asked for gigabytes per thread) is refused before anything is allocated.
+MAX_WORK_FLOATS = 1 << 26
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +62,15 @@ class MaxPool(NativeKernel):
             or plan.indices is not None
         ):
             return self.fallback(ctx)
-        ctx.set_output(0, dtype, out_shape)
         w = plan.w
+        if math.prod(out_shape) and work_floats(w, ctx.shape(0), out_shape) > MAX_WORK_FLOATS:
+            raise self.fail(
+                f"the window geometry (kernel {list(w.kernel)}, strides {list(w.strides)}, "
+                f"dilations {list(w.dilations)}, pads {list(w.begin)}) needs more than "
+                f"{MAX_WORK_FLOATS} floats of native work space",
+                "unsupported",
+            )
+        ctx.set_output(0, dtype, out_shape)
         reads = math.prod(out_shape) * math.prod(w.kernel)
         ctx.prepared = _Plan(
             tuple(w.kernel), tuple(w.strides), tuple(w.dilations), tuple(w.begin),
@@ -76,6 +87,21 @@ class MaxPool(NativeKernel):
         threads = getattr(ctx.pool, "threads", 1) if p.split else 1
         window = (p.kernel, p.strides, p.dilations, p.pads, self.isa)
         return functools.partial(_native.maxpool2d, x, y, *window, 0, -1, threads)
+
+
+def work_floats(w: Any, x_shape: Sequence[int], out_shape: Sequence[int]) -> int:
+    """Floats of the native kernel's work buffer: oh + 1 rows padded to the widest read (or
+    more than any bound where a padded extent would overflow the kernel's int64 offsets)."""
+    extents = [
+        max(
+            w.begin[a] + x_shape[2 + a],
+            (out_shape[2 + a] - 1) * w.strides[a] + (w.kernel[a] - 1) * w.dilations[a] + 1,
+        )
+        for a in (0, 1)
+    ]
+    if max(extents) >= 2**63:
+        return 2**63
+    return (out_shape[2] + 1) * extents[1]
 
 
 def _contiguous_x(

@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -59,12 +60,62 @@ template <class A>
 inline void check_flat(const A& x, const char* what) {
     if (x.dtype() != nb::dtype<float>())
         throw nb::type_error((std::string(what) + " must be a float32 array").c_str());
+    if (x.size() == 0) return;  // no element to address: any strides will do
     int64_t expect = 1;
     for (size_t d = x.ndim(); d-- > 0;) {
         if (x.shape(d) > 1 && x.stride(d) != expect)
             throw nb::value_error((std::string(what) + " must be C-contiguous").c_str());
         expect *= static_cast<int64_t>(x.shape(d));
     }
+}
+
+// ---- checked sizes ---------------------------------------------------------------------------
+//
+// Every size the entry points compute from attributes and shapes goes through these: a product
+// or sum that overflows int64, or a buffer beyond a sane bound, is a ValueError whose message
+// starts with "unsupported:" (the Python wrappers raise it as SessionError kind "unsupported")
+// before anything is allocated.
+
+// The most floats of any buffer the native code sizes or allocates itself (2 GiB, the core's
+// plan limit); its thread-local work buffers keep far less (module.cpp).
+constexpr int64_t MAX_FLOATS = int64_t(1) << 29;
+// The most threads a call spreads over (as nms.cpp): more is clamped, fewer than 1 means 1.
+constexpr int MAX_NATIVE_THREADS = 256;
+
+[[noreturn]] inline void too_large(const char* what) {
+    throw nb::value_error(
+        (std::string("unsupported: ") + what + " overflows or exceeds the native bound").c_str());
+}
+
+inline int64_t mul(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) too_large(what);
+    return r;
+}
+
+inline int64_t add(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) too_large(what);
+    return r;
+}
+
+inline int64_t bounded(int64_t v, int64_t limit, const char* what) {
+    if (v < 0 || v > limit) too_large(what);
+    return v;
+}
+
+inline int clamp_threads(int threads) {
+    return threads < 1 ? 1 : threads > MAX_NATIVE_THREADS ? MAX_NATIVE_THREADS : threads;
+}
+
+// The floats of a padded axis a window geometry reads: max(pad + n, (o - 1) * s + (k - 1) * d +
+// 1), checked (every term >= 0 and o, k >= 1 by the callers' checks).
+inline int64_t padded_extent(int64_t n, int64_t pad, int64_t k, int64_t stride, int64_t dil,
+                             int64_t o) {
+    const int64_t reach = add(add(mul(o - 1, stride, "the window reach"),
+                                  mul(k - 1, dil, "the window reach"), "the window reach"),
+                              1, "the window reach");
+    return std::max(add(pad, n, "the padded extent"), reach);
 }
 
 inline std::string dims(const std::vector<int64_t>& v) {

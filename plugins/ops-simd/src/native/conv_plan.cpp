@@ -74,8 +74,8 @@ public:
         const std::vector<int64_t> ws = shape_of(w);
         n_ = x_shape[0];
         m_ = ws[0];
-        if (group < 1 || x_shape[1] % group || m_ % group || ws[1] * group != x_shape[1] ||
-            ws[2] < 1 || ws[3] < 1)
+        if (group < 1 || m_ < 1 || ws[1] < 1 || x_shape[1] % group || m_ % group ||
+            ws[1] != x_shape[1] / group || ws[2] < 1 || ws[3] < 1)
             throw nb::value_error(("w " + dims(ws) + " does not fit x " + dims(x_shape) + " in " +
                                    std::to_string(group) + " group(s)")
                                       .c_str());
@@ -83,10 +83,19 @@ public:
         s = ConvShape{ws[1], x_shape[2], x_shape[3], ws[2], ws[3], strides[0], strides[1],
                       dilations[0], dilations[1], pads[0], pads[1], out[0], out[1]};
         mg_ = m_ / group;
-        k_ = s.c * s.kh * s.kw;
+        // checked sizes: every offset the kernels form below stays inside these extents
+        k_ = bounded(mul(mul(s.c, s.kh, "the window depth"), s.kw, "the window depth"),
+                     MAX_FLOATS, "the window depth");
+        const int64_t hp = padded_extent(s.h, s.ph, s.kh, s.sh, s.dh, s.oh);
+        const int64_t wp = padded_extent(s.w, s.pw, s.kw, s.sw, s.dw, s.ow);
+        bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
+        bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
+                "the input planes");
         const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
         tiles_ = (mg_ + cmr - 1) / cmr;
-        per_group_ = tiles_ * cmr * k_;
+        per_group_ = mul(mul(tiles_, cmr, "the packed weight"), k_, "the packed weight");
+        bounded(mul(per_group_, group_, "the packed weight"), MAX_FLOATS, "the packed weight");
+        bounded(mul(m_, k_, "the weight"), MAX_FLOATS, "the weight");
         pack_weight(w);
         mode_ = choose_mode(kernel);
         // The direct and lanes kernels run the whole depth per tile: the output channels of a
@@ -107,20 +116,25 @@ public:
             DirectShape& d = direct_shape_;
             d.c = s.c, d.h = s.h, d.w = s.w, d.kh = s.kh, d.kw = s.kw, d.ph = s.ph, d.pw = s.pw;
             d.oh = s.oh, d.ow = s.ow;
-            d.hp = std::max(s.ph + s.h, (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1);
-            d.wp = std::max(s.pw + s.w, (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1);
-            const int64_t plane = d.hp * d.wp;
+            d.hp = hp;
+            d.wp = wp;
+            const char* what = "the staged (padded) image";
+            const int64_t plane = bounded(mul(d.hp, d.wp, what), MAX_FLOATS, what);
+            const int64_t planes = bounded(mul(s.c, plane, what), MAX_FLOATS, what);
             if (mode_ == DIRECT) {  // wide positions, and the tail their last tile reads
-                ptiles = (s.oh * d.wp + cnr - 1) / cnr;
-                d.staged = std::max(s.c * plane, (s.c - 1) * plane +
-                                                     (s.kh - 1) * s.dh * d.wp +
-                                                     (s.kw - 1) * s.dw + ptiles * cnr);
+                const int64_t wide = bounded(mul(s.oh, d.wp, what), MAX_FLOATS, what);
+                ptiles = (wide + cnr - 1) / cnr;
+                // each term below is at most `planes` + ptiles * cnr, all bounded above
+                d.staged = std::max(planes, (s.c - 1) * plane + (s.kh - 1) * s.dh * d.wp +
+                                                (s.kw - 1) * s.dw + ptiles * cnr);
+                bounded(d.staged, MAX_FLOATS, what);
             } else {
                 const LanesTiling tiling(s.oh, s.ow, isa_->crt);
                 tile = tiling.width;  // the positions of a whole tile
                 ptiles = tiling.tiles;
-                d.staged = s.c * plane;
+                d.staged = planes;
             }
+            bounded(mul(mul(n_, group_, what), d.staged, what), MAX_FLOATS, what);
             for (int64_t ch = 0; ch < s.c; ++ch)
                 for (int64_t y = 0; y < s.kh; ++y)
                     for (int64_t x = 0; x < s.kw; ++x)
@@ -131,13 +145,14 @@ public:
         // blocks of positions: at most CONV_NCB each (the packed path's block), and at least
         // four units in all where the positions allow, for the intra-op threads
         const int64_t most = std::max<int64_t>(1, CONV_NCB / tile);
-        const int64_t others = n_ * group_ * mchunks_;
+        const int64_t others = mul(mul(n_, group_, "the work units"), mchunks_, "the work units");
         int64_t blocks = (ptiles + most - 1) / most;
         const int64_t want = (4 + others - 1) / others;
         if (blocks < want) blocks = want < ptiles ? want : ptiles;
         ptile_step_ = (ptiles + blocks - 1) / blocks;
         pblocks_ = (ptiles + ptile_step_ - 1) / ptile_step_;
         ptiles_ = ptiles;
+        mul(others, pblocks_, "the work units");
     }
 
     int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
@@ -159,6 +174,7 @@ public:
         check_work(work);
         check_no_overlap(work, x, "x");
         if (!staged()) return;
+        threads = clamp_threads(threads);
         const float* px = static_cast<const float*>(x.data());
         float* pw = static_cast<float*>(work.data());
         const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
@@ -248,6 +264,7 @@ public:
         const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), ys0 = y.stride(0),
                              ys1 = y.stride(1);
         const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
+        threads = clamp_threads(threads);
         nb::gil_scoped_release nogil;
         NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
             float* block = mode_ == PACKED || (mode_ == STREAM && !stream) ? conv_block() : nullptr;

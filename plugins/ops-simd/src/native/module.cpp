@@ -141,7 +141,8 @@ class PackedB {
 public:
     PackedB(const IsaKernels& isa, int64_t k, int64_t n) : isa_(&isa), k_(k), n_(n) {
         const int64_t panels = (n + isa.nr - 1) / isa.nr;
-        size_ = panels * isa.nr * k;
+        size_ = bounded(mul(mul(panels, isa.nr, "the packed B"), k, "the packed B"), MAX_FLOATS,
+                        "the packed B");
         const size_t bytes = ((static_cast<size_t>(size_) * sizeof(float) + 63) / 64) * 64;
         data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes > 0 ? bytes : 64)));
         if (!data_) throw std::bad_alloc();
@@ -199,6 +200,7 @@ void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArra
     check_out(out, m, n);
     check_no_overlap(out, a, "a");
     row_range(m, row_begin, row_end);
+    threads = clamp_threads(threads);
     Epilogue ep;
     ep.alpha = alpha;
     ep.act = parse_activation(activation);
@@ -268,13 +270,7 @@ void gemm_exact(const InArray& a, const InArray& b, OutArray out, const std::str
 
 // Every NaN of a C-contiguous float32 array becomes 0x7FC00000 (exact mode's bit rule).
 void canonicalize_nan(OutArray x) {
-    if (x.dtype() != nb::dtype<float>()) throw nb::type_error("x must be a float32 array");
-    int64_t expect = 1;
-    for (size_t d = x.ndim(); d-- > 0;) {
-        if (x.shape(d) > 1 && x.stride(d) != expect)
-            throw nb::value_error("x must be C-contiguous");
-        expect *= static_cast<int64_t>(x.shape(d));
-    }
+    check_flat(x, "x");
     float* p = static_cast<float*>(x.data());
     const size_t size = x.size();
     nb::gil_scoped_release nogil;
@@ -286,6 +282,12 @@ void canonicalize_nan(OutArray x) {
 
 
 // ---- MaxPool ---------------------------------------------------------------------------------
+
+// The most floats of MaxPool's per-thread work buffer (256 MiB: oh + 1 rows of a padded row of
+// 2^26 / (oh + 1) floats; a 4096 x 4096 image needs 16 Mi floats), and the most one thread keeps
+// between calls (16 MiB); larger buffers are freed after the call.
+constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
+constexpr size_t MAX_POOL_KEEP = size_t(1) << 22;
 
 // y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
 // each axis, y's extents fix the windows.
@@ -309,7 +311,7 @@ void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
     if (ys[0] != xs[0] || ys[1] != xs[1])
         throw nb::value_error(
             ("y " + dims(ys) + " must have the images and channels of x " + dims(xs)).c_str());
-    const int64_t planes = xs[0] * xs[1];
+    const int64_t planes = mul(xs[0], xs[1], "the planes");
     if (plane_end == -1) plane_end = planes;
     if (plane_begin < 0 || plane_begin > plane_end || plane_end > planes)
         throw nb::value_error(("plane range [" + std::to_string(plane_begin) + ", " +
@@ -323,20 +325,30 @@ void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
     check_no_overlap(y, x, "x");
     const ConvShape s{0, xs[2], xs[3], kernel[0], kernel[1], strides[0], strides[1],
                       dilations[0], dilations[1], pads[0], pads[1], ys[2], ys[3]};
+    threads = clamp_threads(threads);
+    if (plane_end == plane_begin || s.oh == 0 || s.ow == 0) return;  // nothing to write
+    // every row offset the kernel forms lies in these extents; the work buffer holds oh + 1
+    // padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
+    padded_extent(s.h, s.ph, s.kh, s.sh, s.dh, s.oh);
+    const int64_t wide = padded_extent(s.w, s.pw, s.kw, s.sw, s.dw, s.ow);
+    const int64_t work_floats =
+        bounded(mul(s.oh + 1, wide, "the MaxPool work buffer"), MAX_POOL_WORK,
+                "the MaxPool work buffer");
     const float* px = static_cast<const float*>(x.data());
     float* py = static_cast<float*>(y.data());
     const std::ptrdiff_t x_cs = xs[1] > 1 ? x.stride(1) : x.stride(0), x_rs = x.stride(2);
     nb::gil_scoped_release nogil;
-    const int64_t wide = std::max((s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1, s.pw + s.w);
     const int64_t count = plane_end - plane_begin;
     const int64_t blocks = threads > 1 ? std::min<int64_t>(count, 8 * threads) : 1;
     // planes are independent and a maximum is exact: any split gives the same values
     NativePool::get().run(blocks, threads, [&](int64_t i) {
         thread_local std::vector<float> work;
-        work.resize(static_cast<size_t>((s.oh + 1) * wide));
-        const int64_t lo = plane_begin + count * i / blocks;
-        const int64_t hi = plane_begin + count * (i + 1) / blocks;
+        work.resize(static_cast<size_t>(work_floats));
+        const int64_t per = count / blocks, extra = count % blocks;  // no count * i products
+        const int64_t lo = plane_begin + per * i + std::min(extra, i);
+        const int64_t hi = plane_begin + per * (i + 1) + std::min(extra, i + 1);
         kern.maxpool2d(s, px, x_cs, x_rs, lo, hi, py, ys[2] * ys[3], work.data());
+        if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
     });
 }
 
@@ -352,9 +364,10 @@ void concat(const std::vector<InArray>& xs, OutArray out, int64_t axis, int thre
         throw nb::value_error(("axis " + std::to_string(axis) + " is not inside out's " +
                                std::to_string(rank) + " dimension(s)")
                                   .c_str());
-    int64_t outer = 1, inner = 1, along = 0;
-    for (int64_t d = 0; d < axis; ++d) outer *= os[d];
-    for (int64_t d = axis; d < rank; ++d) inner *= os[d];
+    int64_t outer = 1, inner = 1, after = 1, along = 0;
+    for (int64_t d = 0; d < axis; ++d) outer = mul(outer, os[d], "out's size");
+    for (int64_t d = axis; d < rank; ++d) inner = mul(inner, os[d], "out's size");
+    for (int64_t d = axis + 1; d < rank; ++d) after = mul(after, os[d], "out's size");
     std::vector<const float*> src;
     std::vector<int64_t> chunk, offset;
     for (const InArray& x : xs) {
@@ -367,13 +380,13 @@ void concat(const std::vector<InArray>& xs, OutArray out, int64_t axis, int thre
             if (d != axis && s[d] != os[d])
                 throw nb::value_error(("input " + dims(s) + " does not fit out " + dims(os))
                                           .c_str());
-            if (d >= axis) size *= s[d];
+            if (d >= axis) size = mul(size, s[d], "an input's size");
         }
         check_no_overlap(out, x, "an input");
         src.push_back(static_cast<const float*>(x.data()));
         chunk.push_back(size);
-        offset.push_back(along * (axis + 1 < rank ? inner / os[axis] : 1));
-        along += s[axis];
+        offset.push_back(mul(along, after, "an input's offset"));
+        along = add(along, s[axis], "the inputs along the axis");
     }
     if (along != os[axis])
         throw nb::value_error(("the inputs add up to " + std::to_string(along) +
@@ -381,8 +394,11 @@ void concat(const std::vector<InArray>& xs, OutArray out, int64_t axis, int thre
                                   .c_str());
     float* dst = static_cast<float*>(out.data());
     const int64_t count = static_cast<int64_t>(xs.size());
+    threads = clamp_threads(threads);
+    if (count == 0 || inner == 0) return;  // nothing to copy (and no division by zero)
+    const int64_t jobs = mul(outer, count, "the copies");
     nb::gil_scoped_release nogil;
-    NativePool::get().run(outer * count, threads, [&](int64_t j) {
+    NativePool::get().run(jobs, threads, [&](int64_t j) {
         const int64_t o = j / count, i = j % count;
         if (chunk[i] > 0)
             std::memcpy(dst + o * inner + offset[i], src[i] + o * chunk[i],
@@ -427,6 +443,7 @@ void unary(const std::string& fn, const InArray& x, OutArray out, const std::str
                                   .c_str());
     const float* px = static_cast<const float*>(x.data()) + begin;
     float* py = static_cast<float*>(out.data()) + begin;
+    threads = clamp_threads(threads);
     nb::gil_scoped_release nogil;
     const int64_t count = end - begin, blocks = (count + UNARY_BLOCK - 1) / UNARY_BLOCK;
     // every element's operations are its own: any split gives the same bits

@@ -42,6 +42,7 @@ public:
 
     void run(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
         if (n <= 0) return;
+        if (threads > kMaxThreads) threads = kMaxThreads;  // never thousands of workers
         std::unique_lock<std::mutex> busy(job_mutex_, std::try_to_lock);
         if (threads <= 1 || n == 1 || !busy.owns_lock()) {
             for (int64_t i = 0; i < n; ++i) fn(i);
@@ -125,6 +126,7 @@ private:
         }
     }
 
+    static constexpr int kMaxThreads = 256;  // binding.h's MAX_NATIVE_THREADS
     static constexpr int kSpins = 1 << 14;  // about 0.1-0.3 ms of pause instructions
 
     std::mutex job_mutex_;
