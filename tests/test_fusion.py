@@ -326,8 +326,11 @@ def _dropout_model(opset: int, mode: bool | None, read_mask: bool = False):
     ]
     outputs = [tensor("y")]
     if read_mask:
-        nodes.append(helper.make_node("Not", ["mask"], ["kept"]))
-        outputs.append(tensor("kept", onnx.TensorProto.BOOL))
+        # before opset 10 the mask has the input's type (float): Not needs bool, Neg reads it
+        bool_mask = opset >= 10
+        nodes.append(helper.make_node("Not" if bool_mask else "Neg", ["mask"], ["kept"]))
+        elem = onnx.TensorProto.BOOL if bool_mask else onnx.TensorProto.FLOAT
+        outputs.append(tensor("kept", elem))
     return make_model(nodes, [tensor("x", shape=[3, 4])], outputs, inits, opset=opset)
 
 

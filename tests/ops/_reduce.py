@@ -14,6 +14,7 @@ from graphrt.attrs import node_info
 from graphrt.errors import SessionError
 from graphrt.kernel import evaluate_node
 from graphrt_ops_basic.table import OPERATORS
+from tests._versions import skip_unless_onnx_defines
 
 FACTORIES = {d.op_type: d.factory for d in OPERATORS if d.domain == ""}
 RNG = np.random.default_rng(7)
@@ -60,6 +61,7 @@ def reference(op, *inputs, opset=21, n_outputs=1, **attrs):
 
 
 def session(op, feeds, inits=(), opset=21, n_outputs=1, mode="fast", threads=1, **attrs):
+    skip_unless_onnx_defines(opset)
     model = one_node_model(op, feeds, inits, opset, n_outputs, **attrs)
     return graphrt.Session(model, mode=mode, intra_op_threads=threads)
 

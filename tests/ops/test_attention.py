@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 import graphrt
 from graphrt.errors import SessionError
 from tests._models import onnxruntime_limits, ort_session
+from tests._versions import skip_unless_onnx_defines
 
 try:
     import ml_dtypes
@@ -50,6 +51,7 @@ def _info(name, value):
 def model_of(op, feeds, outputs, opset, inits=(), domain="", out_types=None, **attrs):
     """A one-node model named "node"; ``feeds`` in input order (None: an absent input),
     ``inits`` (name, array) constant inputs after them."""
+    skip_unless_onnx_defines(opset)
     names = [k if v is not None else "" for k, v in feeds.items()] + [n for n, _ in inits]
     node = helper.make_node(op, names, outputs, name="node", domain=domain, **attrs)
     inputs = [_info(k, v) for k, v in feeds.items() if v is not None]

@@ -210,7 +210,8 @@ def one_node(op, arrays, outputs=None, opset=14, const=("W", "R", "B", "P"), **a
         tensor(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in feeds.items()
     ]
     inits = [init(n, arrays[n]) for n in present if n in const]
-    model = make_model([node], decls, [tensor(o) for o in outputs if o], inits, opset)
+    elem = helper.np_dtype_to_tensor_dtype(arrays["X"].dtype)  # outputs have X's type
+    model = make_model([node], decls, [tensor(o, elem) for o in outputs if o], inits, opset)
     return model, feeds
 
 

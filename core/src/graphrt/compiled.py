@@ -61,7 +61,10 @@ def compile_model(
     path: KernelPath | None,
     weight_storage: str = "original",
     cancellation: Any = None,
+    depth: int = 0,
 ) -> CompiledGraph:
+    """``depth`` counts the bodies this graph is nested in: a second guard beside the import's
+    nesting check, for bodies that only appear while compiling (inlined function bodies)."""
     if level not in LEVELS:
         raise SessionError(
             "unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}"
@@ -70,9 +73,16 @@ def compile_model(
     bodies: dict[tuple[str, int], tuple[str, str, Any]] = {}
 
     def compile_body(graph_proto: Any, node_name: str = "") -> Any:
-        from graphrt.ir import import_graph
+        from graphrt.ir import MAX_GRAPH_DEPTH, import_graph
         from graphrt.subgraph import BodySession
 
+        if depth >= MAX_GRAPH_DEPTH:
+            raise SessionError(
+                "invalid_model",
+                f"subgraphs are nested more than {MAX_GRAPH_DEPTH} levels deep (node "
+                f"{node_name!r}); graphrt refuses deeper nesting",
+                node=node_name,
+            )
         outer = tuple(graph_outer_reads(graph_proto))
         body_ir = import_graph(
             graph_proto,
@@ -83,7 +93,13 @@ def compile_model(
             outer=outer,
         )
         body = compile_model(
-            body_ir, table, exact=exact, level="none", path=path, cancellation=cancellation
+            body_ir,
+            table,
+            exact=exact,
+            level="none",
+            path=path,
+            cancellation=cancellation,
+            depth=depth + 1,
         )
         session = BodySession(body, len(body_ir.inputs) - len(outer), outer)
         bodies[(node_name, id(graph_proto))] = (node_name, graph_proto.name, session)

@@ -22,6 +22,8 @@ from graphrt.ir import IrModel, IrNode, decl
 __all__ = ["inline_functions"]
 
 MAX_DEPTH = 64
+#: Most nodes inlining may make: calls that fan out at every level grow exponentially.
+MAX_NODES = 1_000_000
 
 
 def inline_functions(ir: IrModel) -> IrModel:
@@ -31,12 +33,52 @@ def inline_functions(ir: IrModel) -> IrModel:
     for f in ir.functions:
         for imp in f.opset_import:
             ir.opsets.setdefault("" if imp.domain == "ai.onnx" else imp.domain, int(imp.version))
+    sizes: dict[tuple[str, str], int] = {}
+    total = sum(_inlined_size(n.proto, table, sizes, 0) for n in ir.nodes)
+    if total > MAX_NODES:
+        raise SessionError(
+            "invalid_model",
+            f"inlining the model-local functions would make {total} nodes; graphrt refuses "
+            f"more than {MAX_NODES}",
+        )
     counter = itertools.count()
     nodes: list[IrNode] = []
     for n in ir.nodes:
         nodes += [IrNode.of(proto) for proto in _expand(n.proto, table, counter, 0, ir)]
+    _check_single_assignment(nodes, {d.name for d in ir.inputs} | set(ir.initializers))
     ir.nodes = nodes
     return ir
+
+
+def _inlined_size(node: onnx.NodeProto, table: dict, sizes: dict, depth: int) -> int:
+    """How many nodes a node becomes once inlined, counted without building them."""
+    key = (node.domain, node.op_type)
+    fn = table.get(key)
+    if fn is None:
+        return 1
+    if key not in sizes:
+        if depth > MAX_DEPTH:
+            raise SessionError(
+                "invalid_model",
+                f"function {node.op_type!r} calls itself (recursion)",
+                node=node.name,
+            )
+        sizes[key] = sum(_inlined_size(n, table, sizes, depth + 1) for n in fn.node)
+    return sizes[key]
+
+
+def _check_single_assignment(nodes: list[IrNode], known: set[str]) -> None:
+    """A function body that writes a value twice (or over an input) is an invalid model."""
+    written = set(known)
+    for n in nodes:
+        for o in n.outputs:
+            if o and o in written:
+                raise SessionError(
+                    "invalid_model",
+                    f"value {o!r} is produced twice (node {n.name!r}, inlined from a function)",
+                    node=n.name,
+                )
+            written.add(o)
 
 
 def _expand(

@@ -6,9 +6,11 @@ can be dropped once a session exists.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import heapq
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -145,10 +147,41 @@ def read_model(model: Any) -> tuple[onnx.ModelProto, str | None]:
     )
 
 
+#: Deepest subgraph nesting (If/Loop/Scan bodies inside bodies) a model may have.
+MAX_GRAPH_DEPTH = 64
+
+#: Largest dense tensor a sparse initializer may expand to (the plan's 2 GiB rule).
+MAX_SPARSE_BYTES = 2**31
+
+
+@contextlib.contextmanager
+def _model_errors(what: str) -> Iterator[None]:
+    """Any failure while importing becomes ``SessionError("invalid_model")`` (never a raw one)."""
+    try:
+        yield
+    except SessionError:
+        raise
+    except RecursionError as exc:
+        raise SessionError("invalid_model", f"{what} is nested too deeply to import") from exc
+    except MemoryError as exc:
+        raise SessionError("invalid_model", f"{what} does not fit in memory") from exc
+    except Exception as exc:
+        raise SessionError(
+            "invalid_model", f"{what} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def import_model(model: Any, cancellation: Any = None) -> IrModel:
     proto, base_dir = read_model(model)
+    with _model_errors("the model"):
+        return _import_model(proto, base_dir, cancellation)
+
+
+def _import_model(proto: onnx.ModelProto, base_dir: str | None, cancellation: Any) -> IrModel:
     if not proto.HasField("graph"):
         raise SessionError("invalid_model", "the model has no graph")
+    check_versions(proto)
+    check_nesting(proto, cancellation)
     opsets: dict[str, int] = {}
     for imp in proto.opset_import:
         opsets["" if imp.domain == "ai.onnx" else imp.domain] = int(imp.version)
@@ -159,6 +192,51 @@ def import_model(model: Any, cancellation: Any = None) -> IrModel:
     )
     ir.producer = proto.producer_name
     return ir
+
+
+def check_versions(proto: onnx.ModelProto) -> None:
+    """Refuse an IR version or ai.onnx opset newer than the installed onnx defines.
+
+    Their operators' meaning is unknown here, so running them under today's definitions
+    could silently compute something else.
+    """
+    ir_max = onnx.IR_VERSION
+    if proto.ir_version > ir_max:
+        raise SessionError(
+            "invalid_model",
+            f"the model has IR version {proto.ir_version}; the installed onnx "
+            f"{onnx.__version__} supports IR versions up to {ir_max}",
+        )
+    opset_max = onnx.defs.onnx_opset_version()
+    imports = list(proto.opset_import)
+    for f in proto.functions:
+        imports += list(f.opset_import)
+    for imp in imports:
+        if imp.domain in ("", "ai.onnx") and imp.version > opset_max:
+            raise SessionError(
+                "invalid_model",
+                f"the model imports ai.onnx opset {imp.version}; the installed onnx "
+                f"{onnx.__version__} supports ai.onnx opsets up to {opset_max}",
+            )
+
+
+def check_nesting(proto: onnx.ModelProto, cancellation: Any = None) -> None:
+    """Refuse subgraphs nested deeper than MAX_GRAPH_DEPTH (walked without recursion)."""
+    stack: list[tuple[onnx.GraphProto | onnx.FunctionProto, int]] = [(proto.graph, 0)]
+    stack += [(f, 0) for f in proto.functions]
+    while stack:
+        check_cancelled(cancellation)
+        g, depth = stack.pop()
+        for n in g.node:
+            for sub in iter_subgraphs(n):
+                if depth + 1 > MAX_GRAPH_DEPTH:
+                    raise SessionError(
+                        "invalid_model",
+                        f"subgraphs are nested more than {MAX_GRAPH_DEPTH} levels deep (node "
+                        f"{n.name!r}, {n.op_type}); graphrt refuses deeper nesting",
+                        node=n.name,
+                    )
+                stack.append((sub, depth + 1))
 
 
 def import_graph(
@@ -175,13 +253,31 @@ def import_graph(
     A body's outer-scope values become inputs after its declared ones (untyped: whatever
     arrives is accepted).
     """
+    with _model_errors(f"graph {graph.name!r}"):
+        return _import_graph(graph, opsets, functions, base_dir, cancellation, outer)
+
+
+def _import_graph(
+    graph: onnx.GraphProto,
+    opsets: dict[str, int],
+    functions: list[onnx.FunctionProto],
+    base_dir: str | None,
+    cancellation: Any,
+    outer: tuple[str, ...],
+) -> IrModel:
     initializers: dict[str, np.ndarray] = {}
     for t in graph.initializer:
         check_cancelled(cancellation)
+        _unique(t.name, initializers, "initializer")
         initializers[t.name] = tensor_to_array(t, base_dir)
     for st in graph.sparse_initializer:
         check_cancelled(cancellation)
+        _unique(st.values.name, initializers, "initializer")
         initializers[st.values.name] = _sparse_to_dense(st, base_dir)
+    seen_inputs: set[str] = set()
+    for v in graph.input:
+        _unique(v.name, seen_inputs, "graph input")
+        seen_inputs.add(v.name)
     inputs = [decl(v) for v in graph.input if v.name not in initializers]
     inputs += [ValueDecl(name, None, None) for name in outer]
     outputs = [decl(v) for v in graph.output]
@@ -207,13 +303,22 @@ def import_graph(
     )
 
 
+def _unique(name: str, seen: Any, what: str) -> None:
+    if name in seen:
+        raise SessionError("invalid_model", f"{what} {name!r} is declared twice")
+
+
 def topological_order(
     nodes: list[IrNode], known: set[str], cancellation: Any, outer: set[str]
 ) -> list[IrNode]:
     """Nodes in an order where every input is produced first (graph order kept where valid).
 
-    An input nothing produces is an invalid model, named with its node.  ``outer`` holds names a
-    subgraph may read from enclosing graphs.
+    Kahn's algorithm, linear in the graph's size up to a heap's log factor.  The order is the
+    one of repeated passes over the graph in file order, each taking every node whose inputs
+    are ready at that point: a node's pass is the latest of its producers' passes, plus one
+    for a producer stored after it.  Sorted by (pass, position), an already-sorted graph keeps
+    its order.  An input nothing produces is an invalid model, named with its node.  ``outer``
+    holds names a subgraph may read from enclosing graphs.
     """
     available = set(known) | set(outer)
     producers: dict[str, int] = {}
@@ -227,35 +332,52 @@ def topological_order(
                         node=n.name,
                     )
                 producers[o] = i
+    waiting = [0] * len(nodes)  # producers not placed yet, per node
+    consumers: list[list[int]] = [[] for _ in nodes]
+    needs: list[list[str]] = []
+    ready: list[tuple[int, int]] = []  # (pass, position)
+    for i, n in enumerate(nodes):
+        if i % 1024 == 0:
+            check_cancelled(cancellation)
+        wanted = list(dict.fromkeys(x for x in n.inputs + _subgraph_reads(n.proto) if x))
+        needs.append(wanted)
+        for x in wanted:
+            if x in available:
+                continue
+            p = producers.get(x)
+            if p is None:  # reported below, once every node that can run has been placed
+                waiting[i] += 1
+                continue
+            waiting[i] += 1
+            consumers[p].append(i)
+        if waiting[i] == 0:
+            ready.append((0, i))
+    passes = [0] * len(nodes)
     order: list[IrNode] = []
-    done = [False] * len(nodes)
-    pending = list(range(len(nodes)))
-    while pending:
-        check_cancelled(cancellation)
-        progressed = False
-        still = []
-        for i in pending:
-            n = nodes[i]
-            needs = [x for x in n.inputs if x] + _subgraph_reads(n.proto)
-            if all(x in available for x in needs):
-                order.append(n)
-                done[i] = True
-                available.update(o for o in n.outputs if o)
-                progressed = True
-            else:
-                still.append(i)
-        if not progressed:
-            n = nodes[still[0]]
-            needs = [x for x in n.inputs if x] + _subgraph_reads(n.proto)
-            missing = [x for x in needs if x not in available]
-            cyclic = [x for x in missing if x in producers]
-            what = "a cycle through" if cyclic else "undefined input(s)"
-            raise SessionError(
-                "invalid_model",
-                f"node {n.name!r} ({n.op_type}) has {what} {', '.join(map(repr, missing))}",
-                node=n.name,
-            )
-        pending = still
+    heapq.heapify(ready)
+    while ready:
+        if len(order) % 1024 == 0:
+            check_cancelled(cancellation)
+        pass_, i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for c in consumers[i]:
+            passes[c] = max(passes[c], pass_ + (1 if c < i else 0))
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, (passes[c], c))
+    if len(order) < len(nodes):
+        placed = {id(n) for n in order}
+        i = next(k for k, n in enumerate(nodes) if id(n) not in placed)
+        n = nodes[i]
+        available.update(o for m in order for o in m.outputs if o)
+        missing = [x for x in needs[i] if x not in available]
+        cyclic = [x for x in missing if x in producers]
+        what = "a cycle through" if cyclic else "undefined input(s)"
+        raise SessionError(
+            "invalid_model",
+            f"node {n.name!r} ({n.op_type}) has {what} {', '.join(map(repr, missing))}",
+            node=n.name,
+        )
     return order
 
 
@@ -263,9 +385,11 @@ def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
     """Names a node's subgraphs read from enclosing scopes (If/Loop/Scan bodies)."""
     reads: list[str] = []
     for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for g in graphs:
-            reads.extend(graph_outer_reads(g))
+        if attr.type == onnx.AttributeProto.GRAPH:
+            reads.extend(graph_outer_reads(attr.g))
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for g in attr.graphs:
+                reads.extend(graph_outer_reads(g))
     return reads
 
 
@@ -273,16 +397,16 @@ def graph_outer_reads(graph: onnx.GraphProto) -> list[str]:
     """Names a graph reads that it does not define itself, in first-use order."""
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
-    seen: list[str] = []
+    seen: dict[str, None] = {}
     for n in graph.node:
         for x in list(n.input) + _subgraph_reads(n):
             if x and x not in defined and x not in seen:
-                seen.append(x)
+                seen[x] = None
         defined.update(o for o in n.output if o)
     for o in graph.output:
         if o.name not in defined and o.name not in seen:
-            seen.append(o.name)
-    return seen
+            seen[o.name] = None
+    return list(seen)
 
 
 def decl(v: onnx.ValueInfoProto) -> ValueDecl:
@@ -350,11 +474,29 @@ def _with_external_data(t: TensorProto, base_dir: str | None) -> TensorProto:
         raise SessionError(
             "invalid_model", f"tensor {t.name!r}: external data file {location!r} is missing"
         )
-    offset = int(info.get("offset", 0) or 0)
-    length = info.get("length")
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read(int(length)) if length is not None else f.read()
+    size = os.path.getsize(path)
+    offset = _external_int(t, info, "offset", 0)
+    if offset > size:
+        raise SessionError(
+            "invalid_model",
+            f"tensor {t.name!r}: external data offset {offset} lies beyond the end of "
+            f"{location!r} ({size} bytes)",
+        )
+    length = _external_int(t, info, "length", size - offset)
+    if length > size - offset:
+        raise SessionError(
+            "invalid_model",
+            f"tensor {t.name!r}: external data offset {offset} + length {length} lies beyond the "
+            f"end of {location!r} ({size} bytes)",
+        )
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+    except OSError as exc:
+        raise SessionError(
+            "invalid_model", f"tensor {t.name!r}: external data {location!r} cannot be read: {exc}"
+        ) from exc
     copy = TensorProto()
     copy.CopyFrom(t)
     del copy.external_data[:]
@@ -363,15 +505,57 @@ def _with_external_data(t: TensorProto, base_dir: str | None) -> TensorProto:
     return copy
 
 
+def _external_int(t: TensorProto, info: dict[str, str], key: str, default: int) -> int:
+    text = info.get(key)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SessionError(
+            "invalid_model", f"tensor {t.name!r}: external data {key} {text!r} is not a size"
+        )
+    return value
+
+
 def _sparse_to_dense(st: onnx.SparseTensorProto, base_dir: str | None) -> np.ndarray:
-    values = tensor_to_array(st.values, base_dir)
-    indices = tensor_to_array(st.indices, base_dir).astype(np.int64)
-    out = np.zeros(tuple(st.dims), dtype=values.dtype)
-    if indices.ndim == 1:
-        out.reshape(-1)[indices] = values
+    """The dense tensor, after checking dims, index shape and every index against the bounds."""
+    name = st.values.name
+    dims = tuple(int(d) for d in st.dims)
+    values = tensor_to_array(st.values, base_dir).reshape(-1)
+    indices = tensor_to_array(st.indices, base_dir)
+
+    def refuse(why: str) -> SessionError:
+        return SessionError("invalid_model", f"sparse initializer {name!r}: {why}")
+
+    if any(d < 0 for d in dims):
+        raise refuse(f"dims {list(dims)} are negative")
+    count = 1
+    for d in dims:
+        count *= d
+    if count * values.dtype.itemsize > MAX_SPARSE_BYTES:
+        raise refuse(f"dims {list(dims)} make a dense tensor over {MAX_SPARSE_BYTES} bytes")
+    if indices.dtype.kind not in "iu":
+        raise refuse(f"indices are {indices.dtype}, not integers")
+    indices = indices.astype(np.int64)
+    nnz = values.shape[0]
+    if indices.ndim == 1 and indices.shape[0] == nnz:
+        flat = indices
+    elif indices.ndim == 2 and indices.shape == (nnz, len(dims)):
+        if nnz and ((indices < 0).any() or (indices >= np.array(dims, np.int64)).any()):
+            raise refuse("an index lies outside the dims")
+        flat = np.ravel_multi_index(tuple(indices.T), dims) if nnz else indices.reshape(-1)
     else:
-        out[tuple(indices.T)] = values
-    return out
+        raise refuse(
+            f"indices have shape {list(indices.shape)}; expected [{nnz}] or [{nnz}, {len(dims)}]"
+        )
+    if nnz and (flat.min() < 0 or flat.max() >= count):
+        raise refuse(f"an index lies outside the {count} elements of dims {list(dims)}")
+    out = np.zeros(count, dtype=values.dtype)
+    out[flat] = values
+    return out.reshape(dims)
 
 
 def iter_subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:

@@ -243,6 +243,7 @@ def build_plan(
             continue
         steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch)))
 
+    _check_output_types(graph, types)
     memory, steps = _plan_memory(graph, steps, types, constants, dynamic, keep_all)
     if memory.size > MAX_SLAB:
         raise SessionError(
@@ -259,6 +260,22 @@ def build_plan(
     return ExecutionPlan(
         graph, key, steps, types, constants, dynamic, memory, folded, debug, checks
     )
+
+
+def _check_output_types(graph: CompiledGraph, types: dict[int, ValueType]) -> None:
+    """A graph output whose declared element type differs from what the plan makes is refused.
+
+    Returning the other type silently would hand the caller arrays it did not ask for.
+    """
+    for d, vid in zip(graph.outputs, graph.output_ids):
+        t = types.get(vid)
+        if d.kind != "tensor" or d.dtype is None or t is None or t.dtype == d.dtype:
+            continue
+        raise SessionError(
+            "invalid_model",
+            f"graph output {d.name!r} is declared {dtypes.name_of(d.dtype)} but the model "
+            f"produces {dtypes.name_of(t.dtype)}",
+        )
 
 
 def _fold_allowed(args: list[Any], values: list[Any]) -> bool:
