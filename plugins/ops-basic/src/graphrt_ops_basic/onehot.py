@@ -59,19 +59,8 @@ class _Plan:
 
 
 def _plan(shape: tuple[int, ...], axis: int, depth: int, index: np.dtype, value: np.dtype) -> _Plan:
-    """Everything but a run's arrays.  A dynamic node shapes again in every run, so plans of
-    up to ``_CACHED`` indices are kept (their arrays shared: never written)."""
-    make = _cached_plan if math.prod(shape) <= _CACHED else _make_plan
-    return make(shape, axis, depth, index, value)
-
-
-#: The most indices whose plans are cached (the scatter's row starts hold one intp each).
-_CACHED = 1 << 16
-
-
-def _make_plan(
-    shape: tuple[int, ...], axis: int, depth: int, index: np.dtype, value: np.dtype
-) -> _Plan:
+    """Everything but a run's arrays (a dynamic node reuses it while depth is unchanged: the
+    runtime keeps a dynamic step's last infer result)."""
     intp, f64, u64 = np.dtype(np.intp), np.dtype(np.float64), np.dtype(np.uint64)
     table = depth <= _TABLE_DEPTH
     if index.kind == "f":  # clamped as float64, then truncated
@@ -106,9 +95,6 @@ def _make_plan(
         layout.append((dtype, dims, nbytes))
         nbytes += -(-math.prod(dims) * dtype.itemsize // ALIGN) * ALIGN
     return _Plan(depth, kind, bounds, hot, order, scatter, tuple(layout), nbytes)
-
-
-_cached_plan = functools.lru_cache(maxsize=64)(_make_plan)
 
 
 @functools.lru_cache(maxsize=16)

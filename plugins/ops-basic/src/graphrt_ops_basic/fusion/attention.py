@@ -125,17 +125,10 @@ class FuseAttention(FusionPass):
         [Q, K], the scale, the new Transpose of K (if any)."""
         if sole_reader(graph, scores) is not reader or mask == scores:
             return None
-        nodes: list[PassNode] = []
-        scale = 1.0
-        node = graph.producer(scores)
-        factor = _factor(graph, node, scores)
-        if factor is not None:
-            scale *= factor[1]
-            nodes.append(node)
-            scores = factor[0]
-            if sole_reader(graph, scores) is not node:
-                return None
-            node = graph.producer(scores)
+        peeled = _peel_factor(graph, scores)
+        if peeled is None:
+            return None
+        node, scale, nodes = peeled
         if not is_op(node, "MatMul") or len(node.inputs) != 2:
             return None
         qk = node
@@ -161,17 +154,10 @@ class FuseAttention(FusionPass):
         """K from the transposed key ``kt``: [Mul/Div c] <- Transpose <- [Mul/Div c] <- K'."""
         if sole_reader(graph, kt) is not qk:
             return None
-        nodes: list[PassNode] = []
-        scale = 1.0
-        node = graph.producer(kt)
-        factor = _factor(graph, node, kt)
-        if factor is not None:
-            scale *= factor[1]
-            nodes.append(node)
-            kt = factor[0]
-            if sole_reader(graph, kt) is not node:
-                return None
-            node = graph.producer(kt)
+        peeled = _peel_factor(graph, kt)
+        if peeled is None:
+            return None
+        node, scale, nodes = peeled
         if not is_op(node, "Transpose") or len(node.inputs) != 1:
             return None
         perm = node.info.attrs.get("perm")
@@ -225,6 +211,19 @@ def _scalar(graph: PassGraph, name: str, max_ndim: int) -> float | None:
         return None
     f = float(value.reshape(()))
     return f if math.isfinite(f) and f != 0 else None
+
+
+def _peel_factor(graph: PassGraph, value: str) -> tuple[PassNode, float, list[PassNode]] | None:
+    """What computes ``value``, past an optional constant Mul/Div: (that producer, the factor,
+    [the Mul/Div node] or []); None when the Mul/Div's operand has another reader."""
+    node = graph.producer(value)
+    factor = _factor(graph, node, value)
+    if factor is None:
+        return node, 1.0, []
+    inner, scale = factor
+    if sole_reader(graph, inner) is not node:
+        return None
+    return graph.producer(inner), scale, [node]
 
 
 def _factor(
