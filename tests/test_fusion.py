@@ -185,12 +185,10 @@ def _residual_model(
     return make_model(nodes, inputs, [tensor("y")], inits), feed
 
 
-# a fused Sigmoid is not exact (docs/exact-mode.md): fast mode only
 RESIDUAL_CASES = [
     (act, op, mode)
     for act, op in [("Relu", "Add"), (None, "Add"), ("Sigmoid", "Add"), ("Relu", "Sum")]
     for mode in ("fast", "exact")
-    if not (mode == "exact" and act == "Sigmoid")
 ]
 
 

@@ -88,6 +88,18 @@ class _Plan:
     epilogue: Any = None  # what a fused kernel applies to Y after the product (fused.py)
 
 
+@dataclasses.dataclass(frozen=True)
+class EmptyOutput:
+    """The plan of an output without elements (a batch of 0, no output channels, no output
+    position): there is nothing to compute.  ``epilogue``: a fused kernel's (fused.py)."""
+
+    epilogue: Any = None
+
+
+def _nothing() -> None:
+    """The run of an :class:`EmptyOutput`."""
+
+
 class Conv(Programmed):
     """Exact mode: :mod:`.conv_exact` (the canonical order of docs/exact-mode.md)."""
 
@@ -122,6 +134,9 @@ class Conv(Programmed):
         if min(w.out, default=1) < 1:
             raise self.fail(f"X {list(x)} gives an empty output", "invalid_input")
         ctx.set_output(0, dtype, (n, m, *w.out))
+        if n * m * math.prod(w.out) == 0:
+            ctx.prepared = EmptyOutput()
+            return
         ct = compute_type(dtype)
         if ctx.exact:
             ctx.prepared = conv_exact.prepare(ctx, w, g, ct)
@@ -157,6 +172,8 @@ class Conv(Programmed):
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         """Every numpy call of one run, on views made once."""
+        if isinstance(ctx.prepared, EmptyOutput):
+            return _nothing
         if isinstance(ctx.prepared, conv_exact.ExactConvPlan):
             return conv_exact.program(ctx, inputs, outputs)
         p: _Plan = ctx.prepared
@@ -443,11 +460,13 @@ class ConvTranspose(Programmed):
         x, y = inputs[0], outputs[0]
         n, c = x.shape[:2]
         g = p.group
+        # explicit extents: any of them may be 0 (no image, no channel, no input position)
+        kprod, size = math.prod(inputs[1].shape[2:]), math.prod(x.shape[2:])
         calls: list[Callable[[], Any]] = []
         weight = p.weight
         if weight is None:
             weight = _run_time_weight(ctx, inputs[1], p.wbuf, calls)
-            weight = weight.reshape(g, c // g, -1).transpose(0, 2, 1)
+            weight = weight.reshape(g, c // g, y.shape[1] // g * kprod).transpose(0, 2, 1)
         if p.xbuf is not None:
             calls.append(functools.partial(np.copyto, ctx.scratch[p.xbuf], x, "unsafe"))
             x = ctx.scratch[p.xbuf]
@@ -456,8 +475,8 @@ class ConvTranspose(Programmed):
         if bias is None and len(inputs) > 2 and inputs[2] is not None:
             bias = inputs[2].reshape(-1, *(1,) * len(p.out))
         cols = ctx.scratch[p.cols]
-        taps = cols.reshape(y.shape[1], -1, *x.shape[2:])
-        xg = x.reshape(n, g, c // g, -1)
+        taps = cols.reshape(y.shape[1], kprod, *x.shape[2:])
+        xg = x.reshape(n, g, c // g, size)
         if bias is None:
             calls.append(functools.partial(acc.fill, 0))
         else:

@@ -12,8 +12,10 @@ the activation named by the ``activation`` attribute:
 The epilogue is the very calls the unfused nodes make (the same ufuncs, the same operands, in
 the same order), so a fused node computes the same bits as the graph it replaces: what it saves
 is the intermediate tensors and one pass over memory per fused node.  In exact mode a FusedGemm
-or FusedMatMul follows the exact product and Relu (NaN rewritten once, at the end); the other
-activations are not exact; a FusedConv follows the exact Conv (conv_exact.py) the same way.
+or FusedMatMul follows the exact product, then the exact Relu or the exact Sigmoid
+(``_exact_math.sigmoid_into``, as the Sigmoid operator runs it, in place; NaN rewritten once,
+at the end); Clip and Gelu are not exact; a FusedConv follows the exact Conv (conv_exact.py)
+the same way.
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ import numpy as np
 
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
 
+from ._exact_math import sigmoid_into as exact_sigmoid_into
 from ._geometry import call_all
 from ._util import is_float, needs_nan_rewrite, rewrite_nan, zero_of, zeros_like_shape
 from .activation import clip_bound, clip_into
 from .conv import Conv
 from .gelu import GeluPlan, gelu_call, gelu_plan, parse_approximate
 from .matmul import Gemm, MatMul
-from .unary import sigmoid_into
+from .unary import ExactPlan, plan_exact, run_exact, sigmoid_into
 
 ACTIVATIONS = ("", "Relu", "Clip", "Sigmoid", "Gelu")
-#: Activations whose fused form is exact (docs/exact-mode.md): none, and Relu.
-EXACT_ACTIVATIONS = ("", "Relu")
+#: Activations whose fused form is exact (docs/exact-mode.md): none, Relu and Sigmoid.
+EXACT_ACTIVATIONS = ("", "Relu", "Sigmoid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Epilogue:
     gelu: GeluPlan | None
     nan_mask: int | None
     residual: Residual | None = None
+    exact_sigmoid: ExactPlan | None = None  # exact mode's Sigmoid: the Sigmoid operator's plan
 
 
 def plan_epilogue(
@@ -113,13 +117,15 @@ def plan_epilogue(
     kept = ctx.prepared
     nan_mask = ctx.prepared if needs_nan_rewrite(ctx, dtype, shape) else None
     ctx.prepared = kept
-    sigmoid = None
-    if act.kind == "Sigmoid":
+    sigmoid = exact_sigmoid = None
+    if act.kind == "Sigmoid" and ctx.exact:
+        exact_sigmoid = plan_exact(ctx, dtype, math.prod(shape), extra=1)
+    elif act.kind == "Sigmoid":
         sigmoid = (ctx.add_scratch(dtype, shape), ctx.add_scratch(dtype, shape))
     gelu = gelu_plan(ctx, shape, dtype, act.tanh) if act.kind == "Gelu" else None
     low = clip_bound(dtype, act.low) if act.kind == "Clip" else None
     high = clip_bound(dtype, act.high) if act.kind == "Clip" else None
-    return Epilogue(act, bias, low, high, sigmoid, gelu, nan_mask, residual)
+    return Epilogue(act, bias, low, high, sigmoid, gelu, nan_mask, residual, exact_sigmoid)
 
 
 def epilogue_calls(
@@ -146,6 +152,8 @@ def epilogue_calls(
             calls.append(functools.partial(np.maximum, y, zeros, out=y))
     elif kind == "Clip":
         calls.append(functools.partial(clip_into, y, e.low, e.high, y))
+    elif kind == "Sigmoid" and e.exact_sigmoid is not None:
+        calls.append(functools.partial(run_exact, ctx, e.exact_sigmoid, exact_sigmoid_into, y, y))
     elif kind == "Sigmoid":
         e_buf, num = (ctx.scratch[i] for i in e.sigmoid)
         calls.append(functools.partial(sigmoid_into, y, y, e_buf, num))

@@ -314,7 +314,8 @@ class InstanceNormalization(ProgramOfCalls):
         y = outputs[0]
         calls, cen = normalize_rows(ctx, p, x, y)
         n, c = x.shape[:2]
-        cen3, y3 = cen.reshape(n, c, -1), y.reshape(n, c, -1)
+        rows = math.prod(x.shape[2:])  # explicit: -1 is ambiguous for a batch of 0
+        cen3, y3 = cen.reshape(n, c, rows), y.reshape(n, c, rows)
         calls.append(functools.partial(np.multiply, cen3, scale[:, None], out=cen3))
         calls.append(functools.partial(np.add, cen3, bias[:, None], out=y3, casting="unsafe"))
         return calls + exact_finish(ctx, p, y)

@@ -343,6 +343,8 @@ class _GlobalPool(Programmed):
         x, dtype = ctx.shape(0), ctx.dtype(0)
         if len(x) < 3:
             raise self.fail(f"X must be (N, C, spatial...), got {list(x)}", "invalid_input")
+        if not math.prod(x[2:]):  # a maximum or mean of nothing (onnxruntime refuses it too)
+            raise self.fail(f"X {list(x)} has no spatial position to pool", "invalid_input")
         ctx.set_output(0, dtype, (*x[:2], *(1,) * (len(x) - 2)))
         ct = _compute_type(dtype, self.exact)
         work = ctx.add_scratch(ct, x) if self.transforms else None
@@ -380,8 +382,9 @@ class _GlobalPool(Programmed):
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
-    """X as (N, C, positions): a view for the contiguous tensors of a plan."""
-    return x.reshape(*x.shape[:2], -1)
+    """X as (N, C, positions): a view for the contiguous tensors of a plan (explicit extents:
+    -1 is ambiguous for a batch of 0)."""
+    return x.reshape(*x.shape[:2], math.prod(x.shape[2:]))
 
 
 class GlobalAveragePool(_GlobalPool):

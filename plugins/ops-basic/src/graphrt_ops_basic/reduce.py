@@ -4,7 +4,8 @@
 an optional input from then on, where ``noop_with_empty_axes=1`` makes absent or empty axes
 mean "return the input" instead of "reduce everything".  A reduction over no elements gives the
 operator's identity: 0, 1, -inf (or the type's minimum, False) for Max, +inf (maximum, True)
-for Min; ReduceMean of nothing is NaN (0 / 0).  Not exact: numpy sums pairwise.
+for Min; ReduceMean of nothing is 0 (the specification leaves it undefined; onnxruntime gives
+0, and so does graphrt).  Not exact: numpy sums pairwise.
 
 ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum and ReduceLogSumExp add element-wise steps
 before and after the sum (:class:`_Composite`); with ``noop_with_empty_axes`` only the steps
@@ -118,7 +119,7 @@ class ReduceMean(Reduce):
     ufunc = np.add
 
     def identity(self, dtype: np.dtype) -> Any:
-        return np.nan if is_float(dtype) else 0
+        return 0  # undefined in the specification: onnxruntime's 0 rather than 0 / 0
 
     def finish(self, out: np.ndarray, count: int) -> None:
         if is_float(out.dtype):

@@ -88,16 +88,24 @@ class SplitToSequence(_SequenceOp):
         axis = self.node.attr("axis", 0)
         axis = axis + x.ndim if axis < 0 else axis
         split = inputs[1] if len(inputs) > 1 else None
+        extent = x.shape[axis]  # may be 0: then there is no chunk at all
         if split is None:
-            parts = np.split(x, x.shape[axis], axis=axis)
+            parts = np.split(x, range(1, extent), axis=axis) if extent else []
             if not self.node.attr("keepdims", 1):
                 parts = [np.squeeze(p, axis=axis) for p in parts]
         elif split.ndim == 0:
             size = int(split)
-            bounds = list(range(size, x.shape[axis], size))
-            parts = np.split(x, bounds, axis=axis)
+            if size < 1:
+                raise self.fail(f"a scalar split must be positive, got {size}", "invalid_input")
+            parts = np.split(x, range(size, extent, size), axis=axis) if extent else []
         else:
-            parts = np.split(x, np.cumsum(split)[:-1], axis=axis)
+            sizes = [int(v) for v in split.reshape(-1)]
+            if any(v < 0 for v in sizes) or sum(sizes) != extent:
+                raise self.fail(
+                    f"split {sizes} does not cut an extent of {extent} along axis {axis}",
+                    "invalid_input",
+                )
+            parts = np.split(x, np.cumsum(sizes)[:-1], axis=axis) if sizes else []
         ctx.set_output(0, [np.array(p, copy=True) for p in parts])
 
 

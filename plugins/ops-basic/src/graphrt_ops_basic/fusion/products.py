@@ -16,7 +16,9 @@ did.  A Conv or Gemm without a bias of its own adds the Add's constant with one
 rounded add after the product, as the Add did (the same ``np.add`` on the same values; float32
 and float64 only for Conv, whose narrower types round the product before an Add would);
 FusedMatMul adds its bias with the same call; the activation is applied in place with the
-calls the activation's own kernel makes (:mod:`graphrt_ops_basic.fused`).  A product that
+calls the activation's own kernel makes (:mod:`graphrt_ops_basic.fused`).  In exact mode only
+activations whose fused form is exact (``fused.EXACT_ACTIVATIONS``) are fused, so the pass
+never turns a model exact mode runs into one it refuses.  A product that
 already has a bias keeps the Add unfused: adding two biases at once would round differently.
 """
 
@@ -41,6 +43,14 @@ from ._match import (
 )
 
 FUSED = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
+
+
+def _exact_activations() -> tuple[str, ...]:
+    """fused.EXACT_ACTIVATIONS, imported by exact sessions only: the kernels' module is heavy
+    and every session creation runs this pass."""
+    from ..fused import EXACT_ACTIVATIONS
+
+    return EXACT_ACTIVATIONS
 
 
 class FuseProductActivation(FusionPass):
@@ -79,6 +89,8 @@ class FuseProductActivation(FusionPass):
             value = reader.outputs[0]
             reader = sole_reader(graph, value)
         act = activation_attrs(graph, reader, value)
+        if act is not None and ctx.exact and act["activation"] not in _exact_activations():
+            act = None  # left to its own node, which names itself if exact mode refuses it
         if act is not None:
             old.append(reader)
         if len(old) == 1:
