@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from onnx import AttributeProto, NodeProto, numpy_helper
-
 from graphrt.kernel import NodeInfo
+from graphrt.proto import AttributeProto, NodeProto, to_array
 
 __all__ = ["attribute_value", "node_info"]
 
@@ -21,7 +20,7 @@ def attribute_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if t == AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return to_array(attr.t)
     if t == AttributeProto.GRAPH:
         return attr.g
     if t == AttributeProto.SPARSE_TENSOR:
@@ -35,7 +34,7 @@ def attribute_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
     if t == AttributeProto.TENSORS:
-        return [numpy_helper.to_array(x) for x in attr.tensors]
+        return [to_array(x) for x in attr.tensors]
     if t == AttributeProto.GRAPHS:
         return list(attr.graphs)
     if t == AttributeProto.SPARSE_TENSORS:

@@ -32,10 +32,12 @@ DEFAULT_MODEL = "light_resnet50"
 
 
 def default_model_path() -> str:
-    """light_resnet50.onnx as shipped inside the installed onnx package."""
-    import onnx
+    """light_resnet50.onnx as shipped inside the installed onnx package (found, not imported)."""
+    import importlib.util
 
-    base = os.path.dirname(os.path.abspath(onnx.__file__))
+    spec = importlib.util.find_spec("onnx")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    base = os.path.abspath(folders[0]) if folders else ""
     return os.path.join(base, "backend", "test", "data", "light", f"{DEFAULT_MODEL}.onnx")
 
 

@@ -13,6 +13,7 @@ from graphrt.errors import PluginError, SessionError
 from graphrt.functions import inline_functions
 from graphrt.ir import IrModel, ValueDecl, check_cancelled, graph_outer_reads, iter_subgraphs
 from graphrt.kernel import NodeInfo, OpDef, OpKernel
+from graphrt.limits import DEFAULT_MAX_MEMORY
 from graphrt.passes import LEVELS, PassContext, PassGraph, PassNode, builtin_passes
 from graphrt.paths import KernelPath
 from graphrt.plugins import OperatorTable
@@ -50,6 +51,8 @@ class CompiledGraph:
     initializer_names: set[str] = dataclasses.field(default_factory=set)
     #: Compiled bodies as (node name, body graph name) -> BodySession, for their counters.
     bodies: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+    #: The session's memory budget in bytes (graphrt.limits): plans, folding and runs.
+    max_memory: int = DEFAULT_MAX_MEMORY
 
 
 def compile_model(
@@ -62,9 +65,11 @@ def compile_model(
     weight_storage: str = "original",
     cancellation: Any = None,
     depth: int = 0,
+    max_memory: int = DEFAULT_MAX_MEMORY,
 ) -> CompiledGraph:
     """``depth`` counts the bodies this graph is nested in: a second guard beside the import's
-    nesting check, for bodies that only appear while compiling (inlined function bodies)."""
+    nesting check, for bodies that only appear while compiling (inlined function bodies).
+    ``max_memory`` is the session's budget, for its bodies and its constant folding too."""
     if level not in LEVELS:
         raise SessionError(
             "unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}"
@@ -100,12 +105,13 @@ def compile_model(
             path=path,
             cancellation=cancellation,
             depth=depth + 1,
+            max_memory=max_memory,
         )
         session = BodySession(body, len(body_ir.inputs) - len(outer), outer)
         bodies[(node_name, id(graph_proto))] = (node_name, graph_proto.name, session)
         return session
 
-    ir = inline_functions(ir)  # model-local functions come before plugin operators
+    ir = inline_functions(ir, cancellation)  # model-local functions before plugin operators
     nodes = _resolve(ir, table, cancellation, compile_body)
     if exact:
         _check_exact(nodes, table, ir.opsets)
@@ -119,7 +125,7 @@ def compile_model(
 
     graph = PassGraph(nodes, constants, [d.name for d in ir.inputs], [d.name for d in ir.outputs])
     dropped = graph.remove_dead()
-    ctx = PassContext(exact, level, make_kernel, lookup, cancellation)
+    ctx = PassContext(exact, level, make_kernel, lookup, cancellation, max_memory)
     passes_run = []
     for p in builtin_passes() + list(table.passes):
         if p.selected(level, exact):
@@ -172,6 +178,7 @@ def compile_model(
         declared=dict(ir.value_info),
         initializer_names=set(ir.initializers),
         bodies=_body_table(bodies.values()),
+        max_memory=max_memory,
     )
 
 

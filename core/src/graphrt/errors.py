@@ -15,6 +15,8 @@ KINDS = (
     "invalid_input",
     "closed",
     "cancelled",
+    "resource_exhausted",
+    "kernel_error",
 )
 
 

@@ -14,10 +14,9 @@ import dataclasses
 import itertools
 from typing import Any
 
-import onnx
-
 from graphrt.errors import SessionError
-from graphrt.ir import IrModel, IrNode, decl
+from graphrt.ir import IrModel, IrNode, check_cancelled, decl
+from graphrt.proto import AttributeProto, NodeProto
 
 __all__ = ["inline_functions"]
 
@@ -26,7 +25,9 @@ MAX_DEPTH = 64
 MAX_NODES = 1_000_000
 
 
-def inline_functions(ir: IrModel) -> IrModel:
+def inline_functions(ir: IrModel, cancellation: Any = None) -> IrModel:
+    """The model with every call of a model-local function expanded (``cancellation`` is
+    checked per call: a million inlined nodes take a while)."""
     if not ir.functions:
         return ir
     table = {(f.domain, f.name): f for f in ir.functions}
@@ -44,13 +45,14 @@ def inline_functions(ir: IrModel) -> IrModel:
     counter = itertools.count()
     nodes: list[IrNode] = []
     for n in ir.nodes:
+        check_cancelled(cancellation)
         nodes += [IrNode.of(proto) for proto in _expand(n.proto, table, counter, 0, ir)]
     _check_single_assignment(nodes, {d.name for d in ir.inputs} | set(ir.initializers))
     ir.nodes = nodes
     return ir
 
 
-def _inlined_size(node: onnx.NodeProto, table: dict, sizes: dict, depth: int) -> int:
+def _inlined_size(node: NodeProto, table: dict, sizes: dict, depth: int) -> int:
     """How many nodes a node becomes once inlined, counted without building them."""
     key = (node.domain, node.op_type)
     fn = table.get(key)
@@ -81,9 +83,7 @@ def _check_single_assignment(nodes: list[IrNode], known: set[str]) -> None:
             written.add(o)
 
 
-def _expand(
-    node: onnx.NodeProto, table: dict, counter: Any, depth: int, ir: IrModel
-) -> list[onnx.NodeProto]:
+def _expand(node: NodeProto, table: dict, counter: Any, depth: int, ir: IrModel) -> list[NodeProto]:
     """The call replaced by the function's nodes; its value_info joins the model's, renamed."""
     fn = table.get((node.domain, node.op_type))
     if fn is None:
@@ -107,9 +107,9 @@ def _expand(
             ir.value_info.setdefault(name, dataclasses.replace(decl(v), name=name))
     attrs = {a.name: a for a in node.attribute}
     defaults = {a.name: a for a in fn.attribute_proto}
-    out: list[onnx.NodeProto] = []
+    out: list[NodeProto] = []
     for body_node in fn.node:
-        new = onnx.NodeProto()
+        new = NodeProto()
         new.CopyFrom(body_node)
         new.name = prefix + (body_node.name or body_node.op_type)
         del new.input[:]
@@ -122,7 +122,7 @@ def _expand(
                 given = attrs.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
                 if given is None:
                     continue  # not given and no default: the attribute is absent
-                filled = onnx.AttributeProto()
+                filled = AttributeProto()
                 filled.CopyFrom(given)
                 filled.name = a.name
                 new.attribute.append(filled)

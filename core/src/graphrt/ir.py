@@ -14,11 +14,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import TensorProto, numpy_helper
 
-from graphrt import dtypes
+from graphrt import dtypes, proto
 from graphrt.errors import SessionError
+from graphrt.proto import AttributeProto, TensorProto
 
 __all__ = ["IrModel", "IrNode", "ValueDecl", "import_model", "read_model"]
 
@@ -85,7 +84,7 @@ def _elem_dtype(code: int) -> np.dtype | None:
 
 @dataclasses.dataclass
 class IrNode:
-    proto: onnx.NodeProto
+    proto: proto.NodeProto
     op_type: str
     domain: str
     name: str
@@ -93,9 +92,9 @@ class IrNode:
     outputs: list[str]
 
     @classmethod
-    def of(cls, proto: onnx.NodeProto) -> IrNode:
-        domain = "" if proto.domain == "ai.onnx" else proto.domain
-        return cls(proto, proto.op_type, domain, proto.name, list(proto.input), list(proto.output))
+    def of(cls, node: proto.NodeProto) -> IrNode:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        return cls(node, node.op_type, domain, node.name, list(node.input), list(node.output))
 
 
 @dataclasses.dataclass
@@ -106,7 +105,7 @@ class IrModel:
     nodes: list[IrNode]
     opsets: dict[str, int]
     value_info: dict[str, ValueDecl]
-    functions: list[onnx.FunctionProto]
+    functions: list[proto.FunctionProto]
     base_dir: str | None
     graph_name: str = ""
     producer: str = ""
@@ -123,13 +122,17 @@ def check_cancelled(token: Any) -> None:
         raise SessionError("cancelled", "the operation was cancelled")
 
 
-def read_model(model: Any) -> tuple[onnx.ModelProto, str | None]:
-    """A ModelProto (without loading external data) and the folder external data is read from."""
-    if isinstance(model, onnx.ModelProto):
+def read_model(model: Any) -> tuple[proto.ModelProto, str | None]:
+    """A ModelProto (without loading external data) and the folder external data is read from.
+
+    Bytes and ``.onnx`` files are parsed with onnx's generated protobuf classes only
+    (graphrt.proto): the onnx package itself is not imported on this path.
+    """
+    if isinstance(model, proto.ModelProto):
         return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
         try:
-            return onnx.load_model_from_string(bytes(model)), None
+            return proto.parse_model(bytes(model)), None
         except Exception as exc:
             raise SessionError("invalid_model", f"the bytes are not an ONNX model: {exc}") from exc
     if isinstance(model, (str, os.PathLike)):
@@ -137,10 +140,10 @@ def read_model(model: Any) -> tuple[onnx.ModelProto, str | None]:
         if not os.path.exists(path):
             raise SessionError("invalid_model", f"no model file at {path!r}")
         try:
-            proto = onnx.load(path, load_external_data=False)
+            model_proto = proto.load_model(path)
         except Exception as exc:
             raise SessionError("invalid_model", f"{path!r} is not an ONNX model: {exc}") from exc
-        return proto, os.path.dirname(os.path.abspath(path))
+        return model_proto, os.path.dirname(os.path.abspath(path))
     raise SessionError(
         "invalid_model",
         f"a model is a path, bytes or onnx.ModelProto, not {type(model).__name__}",
@@ -172,58 +175,57 @@ def _model_errors(what: str) -> Iterator[None]:
 
 
 def import_model(model: Any, cancellation: Any = None) -> IrModel:
-    proto, base_dir = read_model(model)
+    model_proto, base_dir = read_model(model)
     with _model_errors("the model"):
-        return _import_model(proto, base_dir, cancellation)
+        return _import_model(model_proto, base_dir, cancellation)
 
 
-def _import_model(proto: onnx.ModelProto, base_dir: str | None, cancellation: Any) -> IrModel:
-    if not proto.HasField("graph"):
+def _import_model(model: proto.ModelProto, base_dir: str | None, cancellation: Any) -> IrModel:
+    if not model.HasField("graph"):
         raise SessionError("invalid_model", "the model has no graph")
-    check_versions(proto)
-    check_nesting(proto, cancellation)
+    check_versions(model)
+    check_nesting(model, cancellation)
     opsets: dict[str, int] = {}
-    for imp in proto.opset_import:
+    for imp in model.opset_import:
         opsets["" if imp.domain == "ai.onnx" else imp.domain] = int(imp.version)
-    if "" not in opsets and proto.ir_version and proto.ir_version < 3:
+    if "" not in opsets and model.ir_version and model.ir_version < 3:
         opsets[""] = 1  # before IR 3 the default domain was implied
     ir = import_graph(
-        proto.graph, opsets, list(proto.functions), base_dir, cancellation=cancellation
+        model.graph, opsets, list(model.functions), base_dir, cancellation=cancellation
     )
-    ir.producer = proto.producer_name
+    ir.producer = model.producer_name
     return ir
 
 
-def check_versions(proto: onnx.ModelProto) -> None:
+def check_versions(model: proto.ModelProto) -> None:
     """Refuse an IR version or ai.onnx opset newer than the installed onnx defines.
 
     Their operators' meaning is unknown here, so running them under today's definitions
     could silently compute something else.
     """
-    ir_max = onnx.IR_VERSION
-    if proto.ir_version > ir_max:
+    ir_max = proto.IR_VERSION
+    if model.ir_version > ir_max:
         raise SessionError(
             "invalid_model",
-            f"the model has IR version {proto.ir_version}; the installed onnx "
-            f"{onnx.__version__} supports IR versions up to {ir_max}",
+            f"the model has IR version {model.ir_version}; the installed onnx "
+            f"{proto.onnx_version()} supports IR versions up to {ir_max}",
         )
-    opset_max = onnx.defs.onnx_opset_version()
-    imports = list(proto.opset_import)
-    for f in proto.functions:
+    imports = list(model.opset_import)
+    for f in model.functions:
         imports += list(f.opset_import)
     for imp in imports:
-        if imp.domain in ("", "ai.onnx") and imp.version > opset_max:
+        if imp.domain in ("", "ai.onnx") and not proto.opset_supported(imp.version):
             raise SessionError(
                 "invalid_model",
                 f"the model imports ai.onnx opset {imp.version}; the installed onnx "
-                f"{onnx.__version__} supports ai.onnx opsets up to {opset_max}",
+                f"{proto.onnx_version()} supports ai.onnx opsets up to {proto.newest_opset()}",
             )
 
 
-def check_nesting(proto: onnx.ModelProto, cancellation: Any = None) -> None:
+def check_nesting(model: proto.ModelProto, cancellation: Any = None) -> None:
     """Refuse subgraphs nested deeper than MAX_GRAPH_DEPTH (walked without recursion)."""
-    stack: list[tuple[onnx.GraphProto | onnx.FunctionProto, int]] = [(proto.graph, 0)]
-    stack += [(f, 0) for f in proto.functions]
+    stack: list[tuple[proto.GraphProto | proto.FunctionProto, int]] = [(model.graph, 0)]
+    stack += [(f, 0) for f in model.functions]
     while stack:
         check_cancelled(cancellation)
         g, depth = stack.pop()
@@ -240,9 +242,9 @@ def check_nesting(proto: onnx.ModelProto, cancellation: Any = None) -> None:
 
 
 def import_graph(
-    graph: onnx.GraphProto,
+    graph: proto.GraphProto,
     opsets: dict[str, int],
-    functions: list[onnx.FunctionProto],
+    functions: list[proto.FunctionProto],
     base_dir: str | None,
     *,
     cancellation: Any = None,
@@ -258,9 +260,9 @@ def import_graph(
 
 
 def _import_graph(
-    graph: onnx.GraphProto,
+    graph: proto.GraphProto,
     opsets: dict[str, int],
-    functions: list[onnx.FunctionProto],
+    functions: list[proto.FunctionProto],
     base_dir: str | None,
     cancellation: Any,
     outer: tuple[str, ...],
@@ -381,19 +383,19 @@ def topological_order(
     return order
 
 
-def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
+def _subgraph_reads(node: proto.NodeProto) -> list[str]:
     """Names a node's subgraphs read from enclosing scopes (If/Loop/Scan bodies)."""
     reads: list[str] = []
     for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
+        if attr.type == AttributeProto.GRAPH:
             reads.extend(graph_outer_reads(attr.g))
-        elif attr.type == onnx.AttributeProto.GRAPHS:
+        elif attr.type == AttributeProto.GRAPHS:
             for g in attr.graphs:
                 reads.extend(graph_outer_reads(g))
     return reads
 
 
-def graph_outer_reads(graph: onnx.GraphProto) -> list[str]:
+def graph_outer_reads(graph: proto.GraphProto) -> list[str]:
     """Names a graph reads that it does not define itself, in first-use order."""
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
@@ -409,7 +411,7 @@ def graph_outer_reads(graph: onnx.GraphProto) -> list[str]:
     return list(seen)
 
 
-def decl(v: onnx.ValueInfoProto) -> ValueDecl:
+def decl(v: proto.ValueInfoProto) -> ValueDecl:
     t = v.type
     which = t.WhichOneof("value")
     if which == "tensor_type":
@@ -437,10 +439,9 @@ def tensor_to_array(t: TensorProto, base_dir: str | None) -> np.ndarray:
     if t.data_location == TensorProto.EXTERNAL:
         t = _with_external_data(t, base_dir)
     try:
-        arr = numpy_helper.to_array(t)
+        return proto.to_array(t)
     except Exception as exc:
         raise SessionError("invalid_model", f"tensor {t.name!r} cannot be read: {exc}") from exc
-    return np.array(arr, copy=True)
 
 
 def _with_external_data(t: TensorProto, base_dir: str | None) -> TensorProto:
@@ -520,7 +521,7 @@ def _external_int(t: TensorProto, info: dict[str, str], key: str, default: int) 
     return value
 
 
-def _sparse_to_dense(st: onnx.SparseTensorProto, base_dir: str | None) -> np.ndarray:
+def _sparse_to_dense(st: proto.SparseTensorProto, base_dir: str | None) -> np.ndarray:
     """The dense tensor, after checking dims, index shape and every index against the bounds."""
     name = st.values.name
     dims = tuple(int(d) for d in st.dims)
@@ -558,9 +559,9 @@ def _sparse_to_dense(st: onnx.SparseTensorProto, base_dir: str | None) -> np.nda
     return out.reshape(dims)
 
 
-def iter_subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
+def iter_subgraphs(node: proto.NodeProto) -> Iterable[proto.GraphProto]:
     for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
+        if attr.type == AttributeProto.GRAPH:
             yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
+        elif attr.type == AttributeProto.GRAPHS:
             yield from attr.graphs

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -267,6 +268,7 @@ class KernelContext:
         "arena",
         "exact",
         "inferred",
+        "limits",
         "node",
         "pool",
         "prepared",
@@ -282,6 +284,7 @@ class KernelContext:
         pool: Any = None,
         arena: Any = None,
         node: NodeInfo | None = None,
+        limits: Any = None,
     ) -> None:
         self.prepared = prepared
         self.scratch = list(scratch)
@@ -297,24 +300,52 @@ class KernelContext:
         #: A dynamic step's last ``infer`` result, reused while its inputs' types and the values
         #: it read are the same (graphrt.runstate).
         self.inferred: Any = None
+        #: The run's :class:`graphrt.limits.RunLimits` (memory budget, cancellation token), or
+        #: None outside a run (kernel tests): then nothing is counted.
+        self.limits = limits
 
     def allocate_output(self, i: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
-        """For data-dependent kernels: an output array of the given type and shape."""
+        """For data-dependent kernels: an output array of the given type and shape, counted
+        against the run's memory budget before it is allocated."""
         dtype = np.dtype(dtype)
+        shape = tuple(shape)
         if self.arena is not None:
-            arr = self.arena.allocate(dtype, tuple(shape))
+            arr = self.arena.allocate(dtype, shape, self.node)
         else:
-            arr = np.empty(tuple(shape), dtype=dtype)
+            if self.limits is not None:
+                self.limits.charge(math.prod(shape) * dtype.itemsize, self.node, "an output")
+            arr = np.empty(shape, dtype=dtype)
         while len(self.allocated) <= i:
             self.allocated.append(None)
         self.allocated[i] = arr
         return arr
 
     def set_output(self, i: int, value: Any) -> None:
-        """For data-dependent kernels whose output is not a tensor (sequences, optionals)."""
+        """For data-dependent kernels whose output is not a tensor (sequences, optionals), or
+        a tensor they made themselves (counted against the budget here, after the fact; a
+        kernel building a sequence counts the arrays it copies with :meth:`charge`)."""
+        if self.limits is not None and isinstance(value, np.ndarray):
+            self.limits.charge(value.nbytes, self.node, "an output")
         while len(self.allocated) <= i:
             self.allocated.append(None)
         self.allocated[i] = value
+
+    def charge(self, nbytes: int, what: str = "values it keeps") -> None:
+        """Count memory the kernel is about to allocate itself (a loop's growing outputs)
+        against the run's budget; ``SessionError("resource_exhausted")`` when over it."""
+        if self.limits is not None:
+            self.limits.charge(nbytes, self.node, what)
+
+    def release(self, nbytes: int) -> None:
+        """Give back bytes charged earlier in this run that the kernel no longer keeps."""
+        if self.limits is not None:
+            self.limits.release(nbytes)
+
+    def reserve(self, nbytes: int, what: str = "native work space") -> None:
+        """Count work space allocated outside the plan while the step runs (a native
+        kernel's per-thread buffers), for the whole run state; may be called every run."""
+        if self.limits is not None:
+            self.limits.reserve(nbytes, self.node, what)
 
     def parallel_for(self, n: int, fn: Callable[[int], None]) -> None:
         """Call ``fn(i)`` for i in range(n), split over the intra-op threads.
@@ -335,15 +366,19 @@ def evaluate_node(
     num_outputs: int,
     exact: bool = False,
     pool: Any = None,
+    limits: Any = None,
 ) -> list[Any]:
     """Run one kernel on concrete inputs, allocating its outputs.
 
     Used for constant evaluation at plan time, for dynamic nodes and by tests of single kernels.
     The result is the same as inside a plan: the same ``infer`` and ``run`` are called.
+    ``limits`` (a :class:`graphrt.limits.RunLimits`) bounds what may be allocated: the outputs
+    and scratch ``infer`` states are charged before they exist, so a result too large for it
+    is refused (``resource_exhausted``) without being computed.
     """
     dtypes = [None if x is None else _dtype_of(x) for x in inputs]
     shapes = [None if x is None else _shape_of(x) for x in inputs]
-    kctx = KernelContext(exact=exact, pool=pool, node=kernel.node)
+    kctx = KernelContext(exact=exact, pool=pool, node=kernel.node, limits=limits)
     if kernel.outputs_data_dependent:
         kernel.run(kctx, list(inputs), [None] * num_outputs)
         out = list(kctx.allocated) + [None] * (num_outputs - len(kctx.allocated))
@@ -357,6 +392,10 @@ def evaluate_node(
         return [np.asarray(inputs[0]).reshape(shape)] + [None] * (num_outputs - 1)
     if any(c is not None for c in consts):
         return [None if c is None else c for c in consts]
+    if limits is not None:
+        wanted = [t for t in types if t is not None] + [(d, s) for d, s in ictx.scratch]
+        nbytes = sum(math.prod(s) * np.dtype(d).itemsize for d, s in wanted)
+        limits.charge(nbytes, kernel.node, "its outputs")
     outs = [None if t is None else np.empty(t[1], dtype=t[0]) for t in types]
     kctx.prepared = ictx.prepared
     kctx.scratch = [np.empty(s, dtype=d) for d, s in ictx.scratch]

@@ -2,10 +2,11 @@
 
 Making a plan (seed 000, section 3): nodes are visited in order and each kernel's ``infer``
 states its outputs; a node whose inputs are all constants is evaluated now (unless the result
-is larger than both its inputs and 64 KiB); a node with a run-time-shaped input, data-dependent
-outputs, or that needs run-time values is scheduled as dynamic; static values get slab offsets
-from :mod:`graphrt.memory`.  A plan is immutable and shared by concurrent runs; run states (slab,
-bound kernel calls) are pooled per plan.
+is larger than both its inputs and 64 KiB, known from its inferred types before it is computed);
+a node with a run-time-shaped input, data-dependent outputs, or that needs run-time values is
+scheduled as dynamic; static values get slab offsets from :mod:`graphrt.memory`, and a slab over
+the session's ``max_memory`` is refused (``resource_exhausted``).  A plan is immutable and
+shared by concurrent runs; run states (slab, bound kernel calls) are pooled per plan.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from graphrt import dtypes
 from graphrt.attrs import evaluable_early
 from graphrt.compiled import CNode, CompiledGraph
 from graphrt.errors import SessionError
+from graphrt.ir import check_cancelled
 from graphrt.kernel import InferContext, NeedsRunTimeValues, evaluate_node
+from graphrt.limits import DEFAULT_MAX_MEMORY, RunLimits, exhausted
 from graphrt.memory import MemoryPlan, MemStep, plan_memory
 
 __all__ = [
@@ -34,7 +37,8 @@ __all__ = [
 ]
 
 CONST_EVAL_LIMIT = 64 * 1024
-MAX_SLAB = 2 * 1024**3
+#: The default slab limit (sessions' ``max_memory``); kernels refusing tables over it import it.
+MAX_SLAB = DEFAULT_MAX_MEMORY
 MAX_IDLE_STATES = 8
 
 STATIC, VIEW, DYNAMIC = "static", "view", "dynamic"
@@ -130,12 +134,15 @@ def build_plan(
     keep_all: bool = False,
     check_shapes: bool = False,
     body: bool = False,
+    cancellation: Any = None,
 ) -> ExecutionPlan:
     """Make the plan for these input types and shapes.
 
     ``keep_all`` keeps every intermediate alive to the end (no reuse), for inspection.
     ``body`` marks the plan of an If/Loop/Scan body: its inputs are not the caller's, so a
-    violated input annotation is the model's fault (invalid_model).
+    violated input annotation is the model's fault (invalid_model).  ``cancellation`` is
+    checked before each node (constant evaluation runs kernels).  A slab over the graph's
+    ``max_memory`` is refused with ``resource_exhausted``.
     """
     types: dict[int, ValueType] = {}
     constants: dict[int, np.ndarray] = dict(graph.constants)
@@ -151,6 +158,8 @@ def build_plan(
     exact = graph.exact
 
     for node in graph.nodes:
+        if cancellation is not None:
+            check_cancelled(cancellation)
         kernel = node.kernel
         ins = node.inputs
         if any(v in dynamic for v in ins if v >= 0):
@@ -167,10 +176,21 @@ def build_plan(
         all_const = all(v < 0 or v in constants for v in ins)
         if all_const and evaluable_early(node.info):
             args = [constants[v] if v >= 0 else None for v in ins]
+            # decided from the inferred types before anything is computed: a result over the
+            # limit is refused by the limits, and the node is scheduled instead
+            limits = RunLimits(min(_fold_limit(args), graph.max_memory))
             try:
                 with np.errstate(all="ignore"):
-                    values = evaluate_node(kernel, args, len(node.outputs), exact=exact)
+                    values = evaluate_node(
+                        kernel, args, len(node.outputs), exact=exact, limits=limits
+                    )
             except NeedsRunTimeValues:  # pragma: no cover - every input is known here
+                values = None
+            except SessionError as exc:
+                if exc.kind != "resource_exhausted":
+                    raise infer_failure(node, exc) from None
+                values = None
+            except Exception:  # scheduled as a step instead: its run names the failure's kind
                 values = None
             if values is not None and _fold_allowed(args, values):
                 for o, val in zip(node.outputs, values):
@@ -198,16 +218,8 @@ def build_plan(
             steps.append(Step(node, DYNAMIC))
             dynamic.update(o for o in node.outputs if o >= 0)
             continue
-        except SessionError as exc:
-            if exc.node is None:
-                exc.node = node.info.name
-            raise
         except Exception as exc:
-            raise SessionError(
-                "invalid_input",
-                f"{node.info.label}: {type(exc).__name__}: {exc}",
-                node=node.info.name,
-            ) from exc
+            raise infer_failure(node, exc) from exc
         out_types = ctx.output_types()
         consts = ctx.constant_outputs()
         for i, o in enumerate(node.outputs):
@@ -245,11 +257,12 @@ def build_plan(
 
     _check_output_types(graph, types)
     memory, steps = _plan_memory(graph, steps, types, constants, dynamic, keep_all)
-    if memory.size > MAX_SLAB:
-        raise SessionError(
-            "unsupported",
-            f"the plan needs a {memory.size / 2**30:.1f} GiB slab for these input shapes; graphrt "
-            "refuses plans over 2 GiB",
+    if memory.size > graph.max_memory:
+        raise exhausted(
+            "the plan for these input shapes (the slab of its static values)",
+            memory.size,
+            0,
+            graph.max_memory,
         )
     key = tuple((np.dtype(d).str, tuple(s)) for d, s in input_types)
     checks = None
@@ -276,6 +289,12 @@ def _check_output_types(graph: CompiledGraph, types: dict[int, ValueType]) -> No
             f"graph output {d.name!r} is declared {dtypes.name_of(d.dtype)} but the model "
             f"produces {dtypes.name_of(t.dtype)}",
         )
+
+
+def _fold_limit(args: list[Any]) -> int:
+    """The most bytes a plan evaluates now: 64 KiB, or as much as its largest input."""
+    biggest_in = max((a.nbytes for a in args if isinstance(a, np.ndarray)), default=0)
+    return max(CONST_EVAL_LIMIT, biggest_in)
 
 
 def _fold_allowed(args: list[Any], values: list[Any]) -> bool:
@@ -399,3 +418,19 @@ def describe_type(t: ValueType | None) -> str:
     if t is None:
         return "?"
     return f"{dtypes.name_of(t.dtype)}{list(t.shape)}"
+
+
+def infer_failure(node: Any, exc: BaseException) -> SessionError:
+    """What a kernel's ``infer`` exception becomes (at planning and for dynamic steps).
+
+    ``infer`` sees the input types, shapes and values: a raw exception there is how many kernels
+    reject shapes they cannot take (numpy's broadcasting, reshape), so it reads as the inputs'
+    fault; a SessionError of the kernel's own keeps its kind.
+    """
+    if isinstance(exc, SessionError):
+        if exc.node is None:
+            exc.node = node.info.name
+        return exc
+    return SessionError(
+        "invalid_input", f"{node.info.label}: {type(exc).__name__}: {exc}", node=node.info.name
+    )

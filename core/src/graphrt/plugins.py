@@ -10,17 +10,15 @@ with a :class:`~graphrt.errors.PluginLoadWarning` naming it and is skipped; with
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 import pluggy
 
-from graphrt import hookspec
+from graphrt import entrypoints, hookspec
 from graphrt.errors import PluginError, PluginLoadWarning
 from graphrt.kernel import NodeInfo, OpDef, OpKernel
 from graphrt.paths import KernelPath
@@ -73,12 +71,12 @@ def _strict_default() -> bool:
 
 
 def _entry_point_plugins(strict: bool) -> dict[str, Any]:
-    """Import every plugin module the installed distributions name (cached per entry point)."""
+    """Import every plugin module the installed distributions name (cached per entry point;
+    the distributions are read again only when sys.path or one of its folders changed)."""
     found: dict[str, Any] = {}
     if _autoload_disabled():
         return found
-    importlib.invalidate_caches()
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in entrypoints.entry_points(ENTRY_POINT_GROUP):
         key = (ep.name, ep.value)
         with _lock:
             module = _entry_point_cache.get(key)
@@ -86,7 +84,7 @@ def _entry_point_plugins(strict: bool) -> dict[str, Any]:
             try:
                 module = ep.load()
             except Exception as exc:
-                dist = getattr(getattr(ep, "dist", None), "name", "?")
+                dist = ep.dist_name
                 why = f"{type(exc).__name__}: {exc}"
                 message = (
                     f"graphrt plugin {ep.name!r} ({ep.value}, from distribution {dist}) failed "
@@ -130,14 +128,24 @@ class OperatorTable:
     passes: tuple[Any, ...]
     paths: tuple[KernelPath, ...]
     plugins: tuple[str, ...]
+    #: Answers of ``lookup`` (the table never changes): a model asks once per node.
+    _found: dict[tuple[str, str, int], OpDef | None] = dataclasses.field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def lookup(self, domain: str, op_type: str, opset: int) -> OpDef | None:
         """The winning definition for this operator at this opset, or None.
 
         Raises PluginError when the best two candidates tie on priority.
         """
+        key = (domain, op_type, opset)
+        try:
+            return self._found[key]
+        except KeyError:
+            pass
         candidates = [d for d in self.definitions.get((domain, op_type), ()) if d.covers(opset)]
         if not candidates:
+            self._found[key] = None
             return None
         candidates.sort(key=lambda d: -d.priority)
         best = candidates[0]
@@ -149,6 +157,7 @@ class OperatorTable:
                 f"priority {best.priority}; give one a higher priority or limit the session's "
                 f"plugins (plugins=[...])"
             )
+        self._found[key] = best
         return best
 
     def all_definitions(self) -> list[OpDef]:

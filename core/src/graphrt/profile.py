@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import threading
 import time
@@ -100,5 +99,7 @@ class Profiler:
         return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
     def write_chrome_trace(self, path: str | os.PathLike) -> None:
+        import json  # here, not at the top: ``import graphrt`` imports this module
+
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.chrome_trace(), f)

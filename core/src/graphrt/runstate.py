@@ -16,8 +16,9 @@ import numpy as np
 
 from graphrt.errors import SessionError
 from graphrt.kernel import InferContext, KernelContext
+from graphrt.limits import RunLimits
 from graphrt.memory import ALIGN
-from graphrt.plan import ASSEMBLED, DYNAMIC, STATIC, VIEW, ExecutionPlan, Step
+from graphrt.plan import ASSEMBLED, DYNAMIC, STATIC, VIEW, ExecutionPlan, Step, infer_failure
 
 
 def copy_value(x: Any) -> Any:
@@ -37,35 +38,50 @@ class Arena:
     """Memory for dynamic values and their scratch, reset at the start of every run.
 
     A bump allocator over one buffer; what does not fit comes from numpy and the buffer grows to
-    the high-water mark at the next reset, so a steady state allocates nothing.
+    the high-water mark at the next reset, so a steady state allocates nothing.  Every request
+    is charged to the run's :class:`~graphrt.limits.RunLimits` first, and only a request that
+    was allocated counts towards the high-water mark: a refused or failed one (10**12
+    elements) leaves the arena as it was, so the next run is not poisoned by it.
     """
 
-    def __init__(self, debug: bool = False) -> None:
+    def __init__(self, debug: bool = False, limits: RunLimits | None = None) -> None:
         self._buf = np.empty(0, np.uint8)
         self._used = 0
         self._overflow = 0
         self.debug = debug
+        self.limits = limits
 
     def reset(self) -> None:
+        if self.limits is not None:
+            self.limits.used = 0  # a new run: nothing dynamic is held yet
         if self._overflow:
             need = self._used + self._overflow
-            self._buf = _aligned_bytes(int(need * 1.25) + ALIGN)
+            grown = int(need * 1.25) + ALIGN
+            if self.limits is not None:  # never keep more than the budget allows
+                grown = min(grown, max(need + ALIGN, self.limits.budget))
+            try:
+                self._buf = _aligned_bytes(grown)
+            except MemoryError:
+                pass  # keep the old buffer: what does not fit comes from numpy, as before
         elif self.debug and self._used:
             self._buf[: self._used].fill(POISON)  # freed arena memory is poisoned too
         self._used = 0
         self._overflow = 0
 
-    def allocate(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    def allocate(self, dtype: np.dtype, shape: tuple[int, ...], node: Any = None) -> np.ndarray:
         dtype = np.dtype(dtype)
-        if dtype.hasobject:
-            return np.empty(shape, dtype)
         # math.prod: exact Python ints (no int64 wrap) and ~10x cheaper than np.prod per call
         nbytes = math.prod(shape) * dtype.itemsize
+        if self.limits is not None:
+            self.limits.charge(nbytes, node, "a run-time value")
+        if dtype.hasobject:
+            return np.empty(shape, dtype)
         start = self._used
         end = start + (nbytes + ALIGN - 1) // ALIGN * ALIGN
         if end > self._buf.size:
-            self._overflow += end - start
-            return np.empty(shape, dtype)
+            arr = np.empty(shape, dtype)
+            self._overflow += end - start  # only once it exists (see the class docstring)
+            return arr
         self._used = end
         return self._buf[start : start + nbytes].view(dtype).reshape(shape)
 
@@ -84,7 +100,10 @@ class RunState:
         self.slab = _aligned_bytes(max(mem.size, ALIGN))
         if plan.debug:
             self.slab.fill(POISON)
-        self.arena = Arena(plan.debug)
+        #: The run's memory budget and cancellation token, shared by the arena and every
+        #: KernelContext; the session sets the token, a body's caller the rest.
+        self.limits = RunLimits(graph.max_memory, mem.size)
+        self.arena = Arena(plan.debug, self.limits)
         self.pool = pool
         n = max(len(graph.names), 1)
         values: list[Any] = [None] * n
@@ -122,7 +141,13 @@ class RunState:
                     program.append((i, after))
                 continue
             if st.kind == DYNAMIC:
-                kctx = KernelContext(exact=graph.exact, pool=pool, arena=self.arena, node=node.info)
+                kctx = KernelContext(
+                    exact=graph.exact,
+                    pool=pool,
+                    arena=self.arena,
+                    node=node.info,
+                    limits=self.limits,
+                )
                 self.contexts.append(kctx)
                 program.append((i, functools.partial(self._run_dynamic, st, kctx)))
                 if after is not None:
@@ -139,6 +164,7 @@ class RunState:
                 pool=pool,
                 arena=self.arena,
                 node=node.info,
+                limits=self.limits,
             )
             self.contexts.append(kctx)
             ins = [values[v] if v >= 0 else None for v in node.inputs]
@@ -188,7 +214,10 @@ class RunState:
             known = _reusable(kctx.inferred, dtypes, shapes, ins)
             if known is None:
                 ctx = InferContext(dtypes, shapes, ins, len(node.outputs), exact=kctx.exact)
-                kernel.infer(ctx)
+                try:
+                    kernel.infer(ctx)
+                except Exception as exc:
+                    raise infer_failure(node, exc) from exc
                 known = _Inferred.of(ctx, dtypes, shapes, ins)
                 kctx.inferred = known if known.read is not None else None
             types, consts = known.types, known.consts
@@ -198,9 +227,10 @@ class RunState:
                 outs = consts
             else:
                 arena = self.arena
-                outs = [None if t is None else arena.allocate(t[0], t[1]) for t in types]
+                info = node.info
+                outs = [None if t is None else arena.allocate(t[0], t[1], info) for t in types]
                 kctx.prepared = known.prepared
-                kctx.scratch = [arena.allocate(d, s) for d, s in known.scratch]
+                kctx.scratch = [arena.allocate(d, s, info) for d, s in known.scratch]
                 kernel.run(kctx, ins, outs)
         for v, x in zip(node.outputs, outs):
             if v >= 0:
@@ -226,15 +256,8 @@ class RunState:
             for f in program:
                 f()
                 i += 1
-        except SessionError as exc:
-            if exc.node is None:
-                exc.node = self.plan.steps[self.step_index[i]].node.info.name
-            raise
-        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
-            node = self.plan.steps[self.step_index[i]].node.info
-            raise SessionError(
-                "invalid_input", f"{node.label} failed: {type(exc).__name__}: {exc}", node=node.name
-            ) from exc
+        except Exception as exc:
+            raise kernel_failure(self.plan.steps[self.step_index[i]].node, exc) from exc
         values = self.values
         return [values[v] for v in self.outputs]
 
@@ -304,15 +327,38 @@ def _bind(node: Any, kctx: KernelContext, ins: list, outs: list) -> Any:
     running: a SessionError naming the node, never a raw exception."""
     try:
         return node.kernel.bind(kctx, ins, outs)
-    except SessionError as exc:
-        if exc.node is None:
-            exc.node = node.info.name
-        raise
     except Exception as exc:
-        info = node.info
-        raise SessionError(
-            "invalid_input", f"{info.label} failed: {type(exc).__name__}: {exc}", node=info.name
-        ) from exc
+        raise kernel_failure(node, exc) from exc
+
+
+def kernel_failure(node: Any, exc: BaseException) -> SessionError:
+    """What a step's exception becomes: a SessionError naming the node, whose fault it is.
+
+    A kernel refuses bad inputs with its own SessionError (kept, with the node filled in); a
+    MemoryError is the machine's limit; anything else a kernel raised is a bug in its plugin,
+    reported as such rather than as the user's input being wrong.
+    """
+    info = node.info
+    if isinstance(exc, SessionError):
+        if exc.node is None:
+            exc.node = info.name
+        return exc
+    if isinstance(exc, MemoryError):
+        return SessionError(
+            "resource_exhausted",
+            f"{info.label} ran out of memory ({exc or 'MemoryError'}); use smaller inputs or a "
+            "machine with more memory",
+            node=info.name,
+        )
+    plugin = getattr(node, "plugin", "") or "an unnamed plugin"
+    return SessionError(
+        "kernel_error",
+        f"{info.label} ({info.op_type} from plugin {plugin!r}) raised {type(exc).__name__}: "
+        f"{exc}. This is a bug in the kernel, not a problem with the model or its inputs: "
+        "please report it to the plugin's authors",
+        node=info.name,
+        operators=[f"{info.op_type} (opset {info.opset})"],
+    )
 
 
 #: Bytes of input values a dynamic step's reused ``infer`` result may depend on (larger values

@@ -19,6 +19,7 @@ from graphrt import dtypes
 from graphrt.compiled import CompiledGraph, compile_model
 from graphrt.errors import SessionError
 from graphrt.ir import ValueDecl, import_model
+from graphrt.limits import DEFAULT_MAX_MEMORY
 from graphrt.paths import choose_path
 from graphrt.plan import ExecutionPlan, build_plan
 from graphrt.plugins import snapshot
@@ -31,7 +32,10 @@ MODES = ("fast", "exact")
 
 
 class CancellationToken:
-    """Cancels session creation (checked while importing and between operators) or a run."""
+    """Cancels session creation or a run: checked while importing, compiling and folding
+    constants (per node), and in a run while planning, between operators and at every
+    iteration of If/Loop/Scan/SequenceMap bodies.  The cancelled call raises
+    ``SessionError(kind="cancelled")``; the session stays usable."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -57,6 +61,7 @@ class SessionOptions:
     kernel_path: str | None = None
     debug: bool = False
     strict_plugins: bool | None = None
+    max_memory: int = DEFAULT_MAX_MEMORY
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -66,6 +71,15 @@ class SessionOptions:
         if not isinstance(self.intra_op_threads, int) or self.intra_op_threads < 0:
             raise SessionError(
                 "unsupported", "intra_op_threads must be 0 (one per core) or a positive integer"
+            )
+        if (
+            not isinstance(self.max_memory, int)
+            or isinstance(self.max_memory, bool)
+            or self.max_memory < 1
+        ):
+            raise SessionError(
+                "unsupported",
+                f"max_memory must be a positive integer (bytes), not {self.max_memory!r}",
             )
 
 
@@ -104,6 +118,7 @@ class Session:
         debug: bool = False,
         strict_plugins: bool | None = None,
         cancellation: CancellationToken | None = None,
+        max_memory: int = DEFAULT_MAX_MEMORY,
     ) -> None:
         self.options = SessionOptions(
             mode=mode,
@@ -117,6 +132,7 @@ class Session:
             kernel_path=kernel_path,
             debug=debug,
             strict_plugins=strict_plugins,
+            max_memory=max_memory,
         )
         self._closed = False
         ir = import_model(model, cancellation)
@@ -130,6 +146,7 @@ class Session:
             path=path,
             weight_storage=weight_storage,
             cancellation=cancellation,
+            max_memory=max_memory,
         )
         self.kernel_path = self._graph.kernel_path
         self.threads = resolve_threads(intra_op_threads)
@@ -179,14 +196,15 @@ class Session:
 
         ``out`` maps output names to caller-provided arrays that are checked and overwritten
         (and returned); other outputs are new arrays the caller owns.  ``cancellation`` is
-        checked between steps; ``profiler`` (a :class:`graphrt.Profiler`) records step times.
+        checked while planning, between steps and at every iteration of If/Loop/Scan bodies;
+        ``profiler`` (a :class:`graphrt.Profiler`) records step times.
         """
         if self._closed:
             raise SessionError("closed", "the session is closed")
         feeds = self._validate_inputs(input_feed)
         indices = self._output_indices(output_names)
         out_arrays = self._validate_out(out, indices) if out else None
-        plan = self.plan_for(feeds)
+        plan = self.plan_for(feeds, cancellation)
         state = plan.acquire(self._pool)
         try:
             results = self._execute(state, feeds, cancellation, profiler)
@@ -198,6 +216,7 @@ class Session:
 
     @staticmethod
     def _execute(state: Any, feeds: list[np.ndarray], cancellation: Any, profiler: Any) -> list:
+        state.limits.token = cancellation  # what bodies check at every iteration
         with np.errstate(all="ignore"):
             if profiler is not None:
                 return state.run_profiled(feeds, profiler, cancellation)
@@ -230,7 +249,7 @@ class Session:
                 delivered.append(_copy_out(value))
         return delivered
 
-    def plan_for(self, feeds: Sequence[Any]) -> ExecutionPlan:
+    def plan_for(self, feeds: Sequence[Any], cancellation: Any = None) -> ExecutionPlan:
         """The plan for these inputs (arrays or (dtype, shape) pairs), made once and cached."""
         types = [
             (np.dtype(x[0]), tuple(x[1])) if isinstance(x, tuple) else value_type(x) for x in feeds
@@ -244,7 +263,11 @@ class Session:
             if plan is not None:
                 return plan
             plan = build_plan(
-                self._graph, types, debug=self.options.debug, check_shapes=self.options.check_shapes
+                self._graph,
+                types,
+                debug=self.options.debug,
+                check_shapes=self.options.check_shapes,
+                cancellation=cancellation,
             )
             plans = dict(self._plans)  # copy on write: readers never lock
             while len(plans) >= self.options.max_cached_plans:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from graphrt.compiled import CompiledGraph
+from graphrt.ir import check_cancelled
 from graphrt.plan import ExecutionPlan, build_plan
 
 __all__ = ["BodySession", "copy_value", "value_type"]
@@ -65,7 +66,9 @@ class BodySession:
     def exact(self) -> bool:
         return self.graph.exact
 
-    def plan_for(self, values: Sequence[Any], check_shapes: bool = False) -> ExecutionPlan:
+    def plan_for(
+        self, values: Sequence[Any], check_shapes: bool = False, cancellation: Any = None
+    ) -> ExecutionPlan:
         # The key is built on every iteration of a loop: dtype objects and shapes, nothing more.
         key = tuple((v.dtype, v.shape) if isinstance(v, np.ndarray) else _OBJECT for v in values)
         if check_shapes:
@@ -77,7 +80,13 @@ class BodySession:
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
-                plan = build_plan(self.graph, types, check_shapes=check_shapes, body=True)
+                plan = build_plan(
+                    self.graph,
+                    types,
+                    check_shapes=check_shapes,
+                    body=True,
+                    cancellation=cancellation,
+                )
                 plans = dict(self._plans)
                 while len(plans) >= MAX_BODY_PLANS:
                     del plans[next(iter(plans))]
@@ -90,15 +99,23 @@ class BodySession:
         """Run the body on its inputs followed by the outer values; outputs are the caller's.
 
         ``ctx`` is the calling kernel's :class:`~graphrt.kernel.KernelContext`: the body runs
-        on its intra-op pool and, when the session checks shapes, shares its binding map.
+        on its intra-op pool and, when the session checks shapes, shares its binding map.  It
+        runs inside the caller's run: the caller's cancellation token is checked here, once
+        per iteration of a loop, and the body's memory counts against the caller's budget
+        from what the caller already holds.
         """
+        limits = getattr(ctx, "limits", None)
+        token = None if limits is None else limits.token
+        if token is not None:
+            check_cancelled(token)
         self.runs = next(self._runs) + 1
         values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
         pool = getattr(ctx, "pool", None)
         bindings = getattr(ctx, "shape_bindings", None)
-        plan = self.plan_for(values, check_shapes=bindings is not None)
+        plan = self.plan_for(values, check_shapes=bindings is not None, cancellation=token)
         state = plan.acquire(pool)
         try:
+            state.limits.enter(limits, self.graph.max_memory, ctx)
             results = state.run(list(values), bindings)
             return [copy_value(r) for r in results]
         finally:

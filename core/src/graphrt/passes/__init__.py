@@ -24,8 +24,11 @@ __all__ = ["LEVELS", "GraphPass", "PassContext", "PassGraph", "PassNode", "built
 LEVELS = ("none", "basic", "all")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class PassNode:
+    """A node as passes see it; nodes compare by identity (a graph may hold two equal ones,
+    and comparing NodeInfo field by field made every ``in``/``index`` on the node list slow)."""
+
     info: NodeInfo
     op_def: OpDef
     inputs: list[str]
@@ -45,6 +48,8 @@ class PassContext:
     #: Resolves an operator to the session's winning definition (None if missing).
     lookup: Callable[[str, str], OpDef | None]
     cancellation: Any = None
+    #: The session's memory budget (bytes): constant folding keeps what it folds within it.
+    max_memory: int = 2**31
 
 
 class PassGraph:
@@ -84,11 +89,11 @@ class PassGraph:
 
     def replace(self, old: list[PassNode], new: PassNode) -> None:
         """Put ``new`` where the last of ``old`` stood (dependency order is kept)."""
-        index = max(self.nodes.index(n) for n in old)
+        gone = {id(n) for n in old}
+        index = max(i for i, n in enumerate(self.nodes) if id(n) in gone)
         self.nodes[index] = new
-        for n in old:
-            if n is not new and n in self.nodes:
-                self.nodes.remove(n)
+        gone.discard(id(new))
+        self.nodes[:] = [n for n in self.nodes if id(n) not in gone]  # the same list, edited
 
     def remove_dead(self) -> int:
         """Drop nodes no path leads from to a graph output; returns how many."""

@@ -1,9 +1,13 @@
 """Constant folding: a node whose inputs are all constants is run once at session creation.
 
 Bit-preserving by construction: the same kernel computes the same bits, only earlier.  Unlike the
-plan's constant evaluation there is no size limit, because what is folded here is what the model
+plan's constant evaluation there is no 64 KiB rule, because what is folded here is what the model
 would otherwise recompute in every run (ConstantOfShape weights, Shape->Gather chains over
-constants).
+constants).  What is folded stays in memory for the session's life, so it is bounded by the
+session's ``max_memory``: the outputs a node's ``infer`` states are counted before they are
+computed, and a node whose outputs would take the folded constants past the budget is left in
+the graph (a run-time value, which a plan refuses with ``resource_exhausted`` if it can never
+fit).  A 139-byte model cannot make ``Session()`` allocate gigabytes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from graphrt.attrs import evaluable_early
 from graphrt.errors import SessionError
 from graphrt.ir import check_cancelled
 from graphrt.kernel import evaluate_node
+from graphrt.limits import RunLimits
 from graphrt.passes import GraphPass, PassContext, PassGraph
 
 
@@ -26,6 +31,7 @@ class ConstantFolding(GraphPass):
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
         changed = False
         kept = []
+        room = ctx.max_memory  # what folded constants may still take
         for node in graph.nodes:
             check_cancelled(ctx.cancellation)
             if not self._foldable(node, graph):
@@ -35,9 +41,18 @@ class ConstantFolding(GraphPass):
             args = [graph.constants[x] if x else None for x in node.inputs]
             try:
                 with np.errstate(all="ignore"):
-                    values = evaluate_node(kernel, args, len(node.outputs), exact=ctx.exact)
-            except SessionError:
-                raise
+                    values = evaluate_node(
+                        kernel,
+                        args,
+                        len(node.outputs),
+                        exact=ctx.exact,
+                        limits=RunLimits(max(room, 0)),
+                    )
+            except SessionError as exc:
+                if exc.kind != "resource_exhausted":
+                    raise
+                kept.append(node)  # too large to keep: computed by the plan or refused there
+                continue
             except Exception:  # leave it to run time, where the error names the run
                 kept.append(node)
                 continue
@@ -47,6 +62,8 @@ class ConstantFolding(GraphPass):
             for name, value in zip(node.outputs, values):
                 if name:
                     graph.constants[name] = value
+                    if isinstance(value, np.ndarray) and value.flags.owndata:  # not a view
+                        room -= value.nbytes
             changed = True
         graph.nodes = kept
         return changed

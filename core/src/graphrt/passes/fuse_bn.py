@@ -22,28 +22,40 @@ class FuseBatchNormIntoConv(GraphPass):
     order = 50
 
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
+        # Who makes and how many read each value, kept current through the fusions: asking
+        # the graph (a scan of every node) per BatchNormalization is quadratic in the model.
+        producers = {o: n for n in graph.nodes for o in n.outputs if o}
+        readers: dict[str, int] = {}
+        for n in graph.nodes:
+            for x in dict.fromkeys(n.inputs):  # nodes, as graph.consumers counts them
+                readers[x] = readers.get(x, 0) + 1
         changed = False
         for bn in list(graph.nodes):
-            if bn.op_type != "BatchNormalization" or bn not in graph.nodes:
+            if bn.op_type != "BatchNormalization":
                 continue
-            fused = self._fuse(graph, bn)
+            fused = self._fuse(graph, bn, producers, readers)
             if fused is not None:
                 conv, new = fused
                 graph.replace([conv, bn], new)
+                for x in new.inputs[1:]:  # its new weights (the Conv's input keeps its count)
+                    readers[x] = readers.get(x, 0) + 1
+                producers.update((o, new) for o in new.outputs if o)
                 changed = True
         return changed
 
-    def _fuse(self, graph: PassGraph, bn: PassNode) -> tuple[PassNode, PassNode] | None:
+    def _fuse(
+        self, graph: PassGraph, bn: PassNode, producers: dict, readers: dict[str, int]
+    ) -> tuple[PassNode, PassNode] | None:
         if len([o for o in bn.outputs if o]) != 1 or bn.info.attrs.get("training_mode", 0):
             return None
         if bn.info.opset < 7 and not bn.info.attrs.get("is_test", 0) and bn.info.opset < 6:
             return None
         if bn.info.attrs.get("spatial", 1) != 1:
             return None
-        conv = graph.producer(bn.inputs[0])
+        conv = producers.get(bn.inputs[0])
         if conv is None or conv.op_type != "Conv" or conv.info.domain != bn.info.domain:
             return None
-        if len(graph.consumers(conv.outputs[0])) != 1 or graph.is_graph_output(conv.outputs[0]):
+        if readers.get(conv.outputs[0]) != 1 or graph.is_graph_output(conv.outputs[0]):
             return None
         params = [graph.constants.get(x) for x in bn.inputs[1:5]]
         w = graph.constants.get(conv.inputs[1])
@@ -57,7 +69,11 @@ class FuseBatchNormIntoConv(GraphPass):
         s = scale / np.sqrt(var + eps)
         if s.shape != (w.shape[0],):
             return None
-        w2 = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        # One pass over the weights: the product in float64, rounded once into w's type (the
+        # bits of ``(w.astype(f64) * s).astype(w.dtype)``, without two float64 copies of W).
+        w2 = np.empty_like(w)
+        col = s.reshape((-1,) + (1,) * (w.ndim - 1))
+        np.multiply(w, col, out=w2, dtype=np.float64, casting="unsafe")
         b0 = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
         b2 = ((b0 - mean) * s + bias).astype(w.dtype)
         inputs = [

@@ -47,13 +47,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
+from graphrt.dtypes import from_onnx
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.proto import TensorProto
 
 from ._util import constant, is_float
 from .attention_mask import BiasPlan, build_bias, mask_fits, plan_bias
@@ -61,18 +62,26 @@ from .attention_mask import BiasPlan, build_bias, mask_fits, plan_bias
 #: The domain of the node fuse_attention writes: its mask broadcasts as the graph's Add did.
 FUSED_DOMAIN = "com.graphrt"
 
-#: softmax_precision values (TensorProto element types) and their numpy types.
-PRECISIONS = {
-    TensorProto.FLOAT: np.dtype(np.float32),
-    TensorProto.FLOAT16: np.dtype(np.float16),
-    TensorProto.DOUBLE: np.dtype(np.float64),
-}
-try:  # bfloat16 through ml_dtypes, which graphrt depends on
-    import ml_dtypes
 
-    PRECISIONS[TensorProto.BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover
-    pass
+class _Precisions(Mapping):
+    """softmax_precision values (TensorProto element types) and their numpy types, looked up
+    in graphrt.dtypes when read: bfloat16's imports ml_dtypes, which only its users pay."""
+
+    CODES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+
+    def __getitem__(self, code: int) -> np.dtype:
+        if code not in self.CODES:
+            raise KeyError(code)
+        return from_onnx(code)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.CODES)
+
+    def __len__(self) -> int:
+        return len(self.CODES)
+
+
+PRECISIONS = _Precisions()
 
 
 def compute_type(*dtypes: np.dtype) -> np.dtype:

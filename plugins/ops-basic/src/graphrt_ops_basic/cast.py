@@ -20,17 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
 from graphrt import dtypes
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.proto import TensorProto
 
 from ._util import constant, is_float, same_storage
-
-try:
-    import ml_dtypes
-except ImportError:  # pragma: no cover - graphrt depends on ml_dtypes
-    ml_dtypes = None
 
 #: ONNX types graphrt.dtypes does not list yet, with their ml_dtypes names.
 _EXTRA_TYPES = {
@@ -53,8 +48,10 @@ def onnx_to_numpy(code: int) -> np.dtype | None:
     except KeyError:
         pass
     for name, ml_name in _EXTRA_TYPES.items():
-        if getattr(TensorProto, name, None) == code and hasattr(ml_dtypes, ml_name):
-            return np.dtype(getattr(ml_dtypes, ml_name))
+        if getattr(TensorProto, name, None) == code:
+            import ml_dtypes  # only for these types: importing it costs every session start
+
+            return np.dtype(getattr(ml_dtypes, ml_name)) if hasattr(ml_dtypes, ml_name) else None
     return None
 
 
@@ -175,6 +172,8 @@ def _clamp_type(src: np.dtype) -> np.dtype:
 
 def _saturate(x: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
     """Clamp to the target's finite range (NaN stays NaN), then convert (round to nearest)."""
+    import ml_dtypes  # out is a float8 type: ml_dtypes is loaded already
+
     top = float(ml_dtypes.finfo(out.dtype).max)
     np.clip(x, constant(tmp.dtype, -top), constant(tmp.dtype, top), out=tmp)
     np.copyto(out, tmp, casting="unsafe")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import numpy_helper
 
 from graphrt.kernel import InferContext, NodeInfo, OpKernel
+from graphrt.proto import to_array
 
 
 class Constant(OpKernel):
@@ -23,7 +23,7 @@ class Constant(OpKernel):
             raise self.fail(f"needs exactly one value attribute, got {sorted(given) or 'none'}")
         ((name, v),) = given.items()
         if name == "value":
-            return v if isinstance(v, np.ndarray) else numpy_helper.to_array(v)
+            return v if isinstance(v, np.ndarray) else to_array(v)
         if name == "sparse_value":
             return _dense(v)
         scalars = {
@@ -45,8 +45,8 @@ class Constant(OpKernel):
 
 def _dense(sparse) -> np.ndarray:
     """A SparseTensorProto as a dense array (COO indices, flat or per-axis)."""
-    values = numpy_helper.to_array(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    values = to_array(sparse.values)
+    indices = to_array(sparse.indices).astype(np.int64)
     dims = tuple(sparse.dims)
     out = np.zeros(dims, dtype=values.dtype)
     if indices.ndim == 1:

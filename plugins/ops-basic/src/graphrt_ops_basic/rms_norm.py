@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto
 
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.proto import TensorProto
 
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, normalize_axis, rewrite_nan
 

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import numpy_helper
 
 from graphrt import dtypes
 from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.proto import to_array
 
 from ._util import is_float, same_types
 from ._values import int_values
@@ -69,7 +69,7 @@ class ConstantOfShape(OpKernel):
         if value is None:
             value = np.zeros((), np.float32)
         elif not isinstance(value, np.ndarray):
-            value = numpy_helper.to_array(value)
+            value = to_array(value)
         if value.size != 1:
             raise self.fail(f"value must have exactly one element, got {value.size}")
         # 0-d: np.copyto broadcasts it without converting a scalar on every call

@@ -2,13 +2,20 @@
 
 ``since``/``until`` are the opset versions of the ai.onnx domain a kernel implements; one kernel
 usually covers every version, reading ``node.opset`` where the versions differ.
+
+The kernel modules are stand-ins (graphrt.lazy): ``binary.Add`` names the class, and the module
+is imported the first time a session uses one of its operators, so a session does not pay for
+kernels its model does not use.  Domain strings are therefore constants of this module.
 """
 
 from __future__ import annotations
 
 from graphrt.kernel import OpDef
+from graphrt.lazy import kernel_modules
 
-from . import binary, constant, matmul, unary, views
+binary, constant, matmul, unary, views = kernel_modules(
+    __package__, "binary constant matmul unary views"
+)
 
 OPERATORS: list[OpDef] = [
     # element-wise binary (binary.py)
@@ -31,7 +38,9 @@ OPERATORS: list[OpDef] = [
 ]
 
 # -- element-wise families (binary.py, unary.py, elementwise helpers) --------------------------
-from . import activation, cast, dropout, reduce, softmax, variadic, where  # noqa: E402
+activation, cast, dropout, reduce, softmax, variadic, where = kernel_modules(
+    __package__, "activation cast dropout reduce softmax variadic where"
+)
 
 OPERATORS += [
     # element-wise binary (binary.py)
@@ -91,7 +100,7 @@ OPERATORS += [
 ]
 
 # -- neural-network operators (conv.py, pool.py, norm.py) -------------------------------------
-from . import conv, norm, pool  # noqa: E402
+conv, norm, pool = kernel_modules(__package__, "conv norm pool")
 
 OPERATORS += [
     # convolutions (conv.py)
@@ -112,7 +121,7 @@ OPERATORS += [
 ]
 
 # -- tensor and shape operators (shape.py, tensor.py, slice.py, pad.py, gather.py) ------------
-from . import gather, pad, shape, slice, tensor  # noqa: E402
+gather, pad, shape, slice, tensor = kernel_modules(__package__, "gather pad shape slice tensor")
 
 OPERATORS += [
     # shapes (shape.py)
@@ -136,9 +145,12 @@ OPERATORS += [
 ]
 
 # -- graphrt's own operators, written by the fusion passes (fused.py, gelu.py; fusion/) -------
-from . import fused, gelu  # noqa: E402
+fused, gelu = kernel_modules(__package__, "fused gelu")
 
 GRAPHRT = "com.graphrt"
+#: optimizers.DOMAIN and flex_attention.DOMAIN (tests/test_cold_start.py keeps them equal).
+TRAINING = "ai.onnx.preview.training"
+PREVIEW = "ai.onnx.preview"
 
 OPERATORS += [
     # Gelu: ai.onnx from opset 20, and ours for models of older opsets (gelu.py)
@@ -154,7 +166,7 @@ OPERATORS += [
 
 # == family: math == (trigonometric and hyperbolic, rounding, tests, bitwise, more activations,
 # more normalizations)
-from . import bitwise, normalize, trig  # noqa: E402
+bitwise, normalize, trig = kernel_modules(__package__, "bitwise normalize trig")
 
 OPERATORS += [
     # trigonometric and hyperbolic (trig.py)
@@ -196,7 +208,7 @@ OPERATORS += [
 # == end: math ==
 
 # == family: reduce == (more reductions, arg and top-k search, unique, cumulative, linear algebra)
-from . import cumulative, linalg, search, unique  # noqa: E402
+cumulative, linalg, search, unique = kernel_modules(__package__, "cumulative linalg search unique")
 
 OPERATORS += [
     # reductions with steps before and after the sum (reduce.py)
@@ -220,7 +232,9 @@ OPERATORS += [
 # == end: reduce ==
 
 # == family: indexing == (N-d gathers and scatters, masks, one-hot, triangles, layout moves)
-from . import compress, depth, gather_nd, onehot, reverse, triangle  # noqa: E402
+compress, depth, gather_nd, onehot, reverse, triangle = kernel_modules(
+    __package__, "compress depth gather_nd onehot reverse triangle"
+)
 
 OPERATORS += [
     # index tuples (gather_nd.py); Scatter, ScatterElements' old name (gather.py)
@@ -242,7 +256,7 @@ OPERATORS += [
 # == end: indexing ==
 
 # == family: resample == (Resize, Upsample, GridSample, AffineGrid)
-from . import grid, resize  # noqa: E402
+grid, resize = kernel_modules(__package__, "grid resize")
 
 OPERATORS += [
     # separable interpolation (resize.py, resize_taps.py)
@@ -256,7 +270,9 @@ OPERATORS += [
 
 # == family: detection == (RoiAlign, NonMaxSuppression, DeformConv, Col2Im, MaxUnpool,
 # CenterCropPad)
-from . import col2im, crop, deform_conv, nms, roi_align, unpool  # noqa: E402
+col2im, crop, deform_conv, nms, roi_align, unpool = kernel_modules(
+    __package__, "col2im crop deform_conv nms roi_align unpool"
+)
 
 OPERATORS += [
     # regions and boxes (roi_align.py, nms.py)
@@ -273,7 +289,7 @@ OPERATORS += [
 # == end: detection ==
 
 # == family: signal == (DFT, STFT, windows, MelWeightMatrix, ImageDecoder, TfIdfVectorizer)
-from . import image, spectral, tfidf, windows  # noqa: E402
+image, spectral, tfidf, windows = kernel_modules(__package__, "image spectral tfidf windows")
 
 OPERATORS += [
     # Fourier transforms (spectral.py)
@@ -292,16 +308,16 @@ OPERATORS += [
 # == end: signal ==
 
 # == family: training == (losses, optimizers, random generators)
-from . import generators, loss, optimizers  # noqa: E402
+generators, loss, optimizers = kernel_modules(__package__, "generators loss optimizers")
 
 OPERATORS += [
     # losses (loss.py)
     OpDef("NegativeLogLikelihoodLoss", loss.NegativeLogLikelihoodLoss, since=12),
     OpDef("SoftmaxCrossEntropyLoss", loss.SoftmaxCrossEntropyLoss, since=12),
     # optimizers of ai.onnx.preview.training (optimizers.py)
-    OpDef("Adagrad", optimizers.Adagrad, domain=optimizers.DOMAIN),
-    OpDef("Adam", optimizers.Adam, domain=optimizers.DOMAIN),
-    OpDef("Momentum", optimizers.Momentum, domain=optimizers.DOMAIN),
+    OpDef("Adagrad", optimizers.Adagrad, domain=TRAINING),
+    OpDef("Adam", optimizers.Adam, domain=TRAINING),
+    OpDef("Momentum", optimizers.Momentum, domain=TRAINING),
     # random generators, never folded (generators.py)
     OpDef("RandomNormal", generators.RandomNormal),
     OpDef("RandomUniform", generators.RandomUniform),
@@ -313,7 +329,7 @@ OPERATORS += [
 # == end: training ==
 
 # == family: sequence == (RNN, LSTM, GRU and the attention family: issue 12)
-from . import rnn  # noqa: E402
+(rnn,) = kernel_modules(__package__, "rnn")
 
 OPERATORS += [
     # recurrent layers, every opset: 1, 3 (GRU), 7, 14 (layout), 22 (rnn.py, rnn_cells.py)
@@ -324,20 +340,14 @@ OPERATORS += [
 # == end: sequence ==
 
 # == family: attention == (the attention family: issue 12)
-from . import (  # noqa: E402
-    attention,
-    causal_conv,
-    flex_attention,
-    linear_attention,
-    rms_norm,
-    rotary,
-    swiglu,
+attention, causal_conv, flex_attention, linear_attention, rms_norm, rotary, swiglu = kernel_modules(
+    __package__, "attention causal_conv flex_attention linear_attention rms_norm rotary swiglu"
 )
 
 OPERATORS += [
     # scaled dot-product attention, opsets 23-25 (attention.py, attention_mask.py)
     OpDef("Attention", attention.Attention, since=23),
-    OpDef("FlexAttention", flex_attention.FlexAttention, domain=flex_attention.DOMAIN),
+    OpDef("FlexAttention", flex_attention.FlexAttention, domain=PREVIEW),
     # recurrent linear attention and the causal depthwise convolution before it
     # (linear_attention.py, causal_conv.py)
     OpDef("LinearAttention", linear_attention.LinearAttention, since=27),

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from graphrt.kernel import KernelContext, NodeInfo, OpKernel
+from graphrt.limits import ARRAY_OVERHEAD, value_nbytes
 
 
 class BodyKernel(OpKernel):
@@ -34,6 +35,37 @@ class BodyKernel(OpKernel):
     def emit(ctx: KernelContext, values: Sequence[Any]) -> None:
         for i, v in enumerate(values):
             ctx.set_output(i, v)
+
+
+class Held:
+    """What a loop keeps between iterations (carried values, scan slices so far), counted
+    against the run's memory budget as it grows, so a Loop of 2**62 iterations with a scan
+    output ends in ``resource_exhausted`` instead of taking the machine's memory."""
+
+    def __init__(self, ctx: KernelContext) -> None:
+        self.ctx = ctx
+        self.nbytes = 0
+
+    def set(self, nbytes: int) -> None:
+        """Now holding ``nbytes``: charge the growth, give back the shrinkage."""
+        if nbytes > self.nbytes:
+            self.ctx.charge(nbytes - self.nbytes, "the values its iterations keep")
+        elif nbytes < self.nbytes:
+            self.ctx.release(self.nbytes - nbytes)
+        self.nbytes = nbytes
+
+    def hand_over(self, outputs: Sequence[Any]) -> None:
+        """Before the outputs are emitted: tensors are counted again by ``set_output``, so
+        only what it does not count (sequences) stays charged here."""
+        self.set(sum(value_nbytes(v) for v in outputs if not isinstance(v, np.ndarray)))
+
+
+def kept_nbytes(values: Sequence[Any]) -> int:
+    """:func:`graphrt.limits.value_nbytes` of every value (tensors inline: once an iteration)."""
+    n = 0
+    for v in values:
+        n += v.nbytes + ARRAY_OVERHEAD if type(v) is np.ndarray else value_nbytes(v)
+    return n
 
 
 def scalar(x: Any, what: str, kernel: OpKernel) -> Any:

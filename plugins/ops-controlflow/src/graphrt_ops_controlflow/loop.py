@@ -15,7 +15,7 @@ import numpy as np
 
 from graphrt.kernel import KernelContext, NodeInfo
 
-from ._body import BodyKernel, empty_like_declared, scalar
+from ._body import BodyKernel, Held, empty_like_declared, kept_nbytes, scalar
 
 
 class Loop(BodyKernel):
@@ -38,17 +38,27 @@ class Loop(BodyKernel):
         carried = list(inputs[2 : self.declared])
         outer = self.outer(self.loop_body, inputs)
         scans: list[list[Any]] = [[] for _ in range(self.n_scan)]
+        held = Held(ctx)  # carried values and scan slices, counted as they grow
+        scanned = 0
         i = 0
         while keep and (limit is None or i < limit):
             args = [np.array(i, np.int64), np.array(keep, np.bool_), *carried, *outer]
-            outs = self.loop_body.run(args, ctx)
+            outs = self.loop_body.run(args, ctx)  # checks the run's cancellation token
             keep = bool(scalar(outs[0], "the body's condition", self))
             carried = outs[1 : 1 + self.n_carried]
-            for k, value in enumerate(outs[1 + self.n_carried :]):
-                scans[k].append(value)
+            if self.n_scan:
+                for k, value in enumerate(outs[1 + self.n_carried :]):
+                    scans[k].append(value)
+                scanned += kept_nbytes(outs[1 + self.n_carried :])
+            now = kept_nbytes(carried) + scanned
+            if now != held.nbytes:
+                held.set(now)
             i += 1
+        if scanned:
+            held.set(held.nbytes + scanned)  # the stacked copies, while the slices exist
         stacked = [
             np.stack(s) if s else empty_like_declared(self.loop_body, 1 + self.n_carried + k)
             for k, s in enumerate(scans)
         ]
+        held.hand_over(carried + stacked)
         self.emit(ctx, carried + stacked)

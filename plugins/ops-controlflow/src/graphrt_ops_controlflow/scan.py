@@ -14,7 +14,7 @@ import numpy as np
 
 from graphrt.kernel import KernelContext, NodeInfo
 
-from ._body import BodyKernel
+from ._body import BodyKernel, Held, kept_nbytes
 
 
 class Scan(BodyKernel):
@@ -44,7 +44,9 @@ class Scan(BodyKernel):
         states = list(inputs[: self.n_state])
         scans = list(inputs[self.n_state : self.declared])
         axes = [a + x.ndim if a < 0 else a for a, x in zip(self.in_axes, scans)]
-        states, steps = self._scan(ctx, states, scans, axes, outer, None)
+        held = Held(ctx)
+        states, steps = self._scan(ctx, held, states, scans, axes, outer, None)
+        held.set(2 * held.nbytes)  # the placed copies, while the slices exist
         placed = []
         for k, values in enumerate(steps):
             if self.out_dirs[k]:
@@ -52,9 +54,12 @@ class Scan(BodyKernel):
             rank = values[0].ndim + 1 if values else 1
             axis = self.out_axes[k] + rank if self.out_axes[k] < 0 else self.out_axes[k]
             placed.append(np.stack(values, axis=axis) if values else np.zeros((0,), np.float32))
+        held.hand_over(states + placed)
         self.emit(ctx, states + placed)
 
-    def _scan(self, ctx, states, scans, axes, outer, length):
+    def _scan(self, ctx, held, states, scans, axes, outer, length):
+        """Run the body over the scan inputs; what it keeps is counted in ``held`` on top of
+        what ``held`` counted before."""
         lengths = {x.shape[a] for x, a in zip(scans, axes)}
         if len(lengths) > 1:
             raise self.fail(
@@ -63,15 +68,18 @@ class Scan(BodyKernel):
         n = lengths.pop() if lengths else 0
         n = n if length is None else min(n, length)
         steps: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
+        start, scanned = held.nbytes, 0
         for t in range(n):
             slices = [
                 np.take(x, n - 1 - t if d else t, axis=a)
                 for x, a, d in zip(scans, axes, self.in_dirs)
             ]
-            outs = self.scan_body.run([*states, *slices, *outer], ctx)
+            outs = self.scan_body.run([*states, *slices, *outer], ctx)  # checks cancellation
             states = outs[: self.n_state]
             for k, v in enumerate(outs[self.n_state :]):
                 steps[k].append(v)
+            scanned += kept_nbytes(outs[self.n_state :])
+            held.set(start + kept_nbytes(states) + scanned)
         return states, steps
 
     def _batched(self, ctx, inputs, outer) -> list[Any]:
@@ -82,17 +90,29 @@ class Scan(BodyKernel):
         batch = (states or scans)[0].shape[0]
         final: list[list[Any]] = [[] for _ in range(self.n_state)]
         per_batch: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
+        held = Held(ctx)  # every batch entry's results, and their stacked copies, until the end
         for b in range(batch):
             length = int(lens[b]) if lens is not None else None
+            before = held.nbytes
             st, steps = self._scan(
-                ctx, [s[b] for s in states], [x[b] for x in scans], [0] * len(scans), outer, length
+                ctx,
+                held,
+                [s[b] for s in states],
+                [x[b] for x in scans],
+                [0] * len(scans),
+                outer,
+                length,
             )
+            kept = held.nbytes
+            held.set(2 * kept - before)  # this entry's stacked copies, while its slices exist
             for k, v in enumerate(st):
                 final[k].append(v)
             for k, values in enumerate(steps):
                 if self.out_dirs[k]:
                     values = values[::-1]
                 per_batch[k].append(np.stack(values) if values else None)
+            held.set(kept)  # the slices are gone, their copies are kept
+        held.set(2 * held.nbytes)  # the outputs, while every entry's copies exist
         outs = [np.stack(v) for v in final]
         for values in per_batch:
             full = max((v.shape[0] for v in values if v is not None), default=0)
@@ -102,4 +122,5 @@ class Scan(BodyKernel):
                 if v is not None:
                     stacked[b, : v.shape[0]] = v
             outs.append(stacked)
+        held.hand_over(outs)
         return outs

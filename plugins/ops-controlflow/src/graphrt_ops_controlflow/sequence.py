@@ -1,7 +1,9 @@
 """Sequence operators and SequenceMap.  A sequence is a Python list of numpy arrays.
 
 Every operator returns a new list (values are never shared between a sequence and its
-source), so a sequence a run hands out cannot change under the caller.
+source), so a sequence a run hands out cannot change under the caller.  The arrays an operator
+copies into a sequence are counted against the run's memory budget before they are copied
+(``set_output`` counts tensors, not sequences).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 
 from graphrt.kernel import KernelContext, NodeInfo, OpKernel
 
-from ._body import BodyKernel, scalar
+from ._body import BodyKernel, Held, kept_nbytes, scalar
 
 
 class _SequenceOp(OpKernel):
@@ -46,6 +48,7 @@ class SequenceConstruct(_SequenceOp):
             raise self.fail(
                 f"tensors of different types {sorted(map(str, types))}", "invalid_input"
             )
+        ctx.charge(kept_nbytes(inputs), "the sequence's tensors")
         ctx.set_output(0, [np.array(x, copy=True) for x in inputs])
 
 
@@ -55,6 +58,7 @@ class SequenceInsert(_SequenceOp):
         pos = len(seq)
         if len(inputs) > 2 and inputs[2] is not None:
             pos = self.position(seq, inputs[2], allow_end=True)
+        ctx.charge(kept_nbytes(inputs[1:2]), "the inserted tensor")
         seq.insert(pos, np.array(inputs[1], copy=True))
         ctx.set_output(0, seq)
 
@@ -106,6 +110,7 @@ class SplitToSequence(_SequenceOp):
                     "invalid_input",
                 )
             parts = np.split(x, np.cumsum(sizes)[:-1], axis=axis) if sizes else []
+        ctx.charge(kept_nbytes(parts), "the sequence's tensors")
         ctx.set_output(0, [np.array(p, copy=True) for p in parts])
 
 
@@ -138,8 +143,12 @@ class SequenceMap(BodyKernel):
             raise self.fail("input sequences have different lengths", "invalid_input")
         outer = self.outer(self.map_body, inputs)
         results: list[list[Any]] = [[] for _ in range(self.map_body.num_outputs)]
+        held = Held(ctx)  # the output sequences, counted as they grow
         for i in range(n):
             args = [x[i] if isinstance(x, list) else x for x in given]
-            for k, v in enumerate(self.map_body.run([*args, *outer], ctx)):
+            outs = self.map_body.run([*args, *outer], ctx)  # checks cancellation
+            held.set(held.nbytes + kept_nbytes(outs))
+            for k, v in enumerate(outs):
                 results[k].append(v)
+        held.hand_over(results)
         self.emit(ctx, results)

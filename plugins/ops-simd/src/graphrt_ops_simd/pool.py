@@ -42,6 +42,7 @@ class _Plan:
     dilations: tuple[int, ...]
     pads: tuple[int, ...]
     split: bool  # planes spread over the plugin's threads (large enough to pay)
+    work_bytes: int = 0  # one thread's native work buffer, outside the slab
 
 
 class MaxPool(NativeKernel):
@@ -63,7 +64,8 @@ class MaxPool(NativeKernel):
         ):
             return self.fallback(ctx)
         w = plan.w
-        if math.prod(out_shape) and work_floats(w, ctx.shape(0), out_shape) > MAX_WORK_FLOATS:
+        work = work_floats(w, ctx.shape(0), out_shape) if math.prod(out_shape) else 0
+        if work > MAX_WORK_FLOATS:
             raise self.fail(
                 f"the window geometry (kernel {list(w.kernel)}, strides {list(w.strides)}, "
                 f"dilations {list(w.dilations)}, pads {list(w.begin)}) needs more than "
@@ -74,7 +76,7 @@ class MaxPool(NativeKernel):
         reads = math.prod(out_shape) * math.prod(w.kernel)
         ctx.prepared = _Plan(
             tuple(w.kernel), tuple(w.strides), tuple(w.dilations), tuple(w.begin),
-            reads >= PARALLEL_READS,
+            reads >= PARALLEL_READS, work * F32.itemsize,
         )  # fmt: skip
 
     def bind_native(
@@ -85,6 +87,9 @@ class MaxPool(NativeKernel):
         if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
             return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
         threads = getattr(ctx.pool, "threads", 1) if p.split else 1
+        # each thread's buffer is allocated by the native code, outside the plan: counted
+        # against the session's memory budget (up to 256 MiB a thread by the native bound)
+        ctx.reserve(p.work_bytes * threads, "the native work buffer (one per thread)")
         window = (p.kernel, p.strides, p.dilations, p.pads, self.isa)
         return functools.partial(_native.maxpool2d, x, y, *window, 0, -1, threads)
 
