@@ -243,3 +243,34 @@ def test_seeded_geometry_fuzz() -> None:
     """Random extreme Conv/MaxPool attributes (fixed seed): a result or a SessionError each."""
     out = run_child(FUZZ_CHILD.format(count=200, isa=FAST[0]))
     assert "ok" in out and "unsupported" in out, out
+
+
+def test_misaligned_arrays_are_refused() -> None:
+    """float32 arrays one byte off alignment (np.frombuffer with an offset): the kernels' loads
+    were undefined behaviour (UBSan aborted in pack_b, found by tests/simd/test_native_fuzz.py);
+    every entry point now refuses them with ValueError."""
+    out = run_child(
+        NATIVE_CHILD
+        + """
+def off(shape):
+    raw = np.zeros(int(np.prod(shape)) * 4 + 1, np.uint8)[1:]
+    return raw.view(f).reshape(shape)
+
+ok = np.zeros((7, 7), f)
+calls = [
+    (N.pack_b, off((7, 7)), isa),
+    (N.gemm_exact, off((7, 7)), ok, np.zeros((7, 7), f), isa),
+    (N.gemm, off((7, 7)), N.pack_b(ok, isa), np.zeros((7, 7), f)),
+    (N.unary, "exp", off((16,)), np.zeros(16, f), isa),
+    (N.canonicalize_nan, off((16,))),
+    (N.concat, [off((2, 3))], np.zeros((2, 3), f), 0),
+    (N.maxpool2d, off((1, 1, 4, 4)), np.zeros((1, 1, 3, 3), f), [2, 2], [1, 1], [1, 1],
+     [0, 0], isa),
+    (N.conv_plan, off((8, 1, 2, 2)), 1, [1, 1, 4, 4], [1, 1], [1, 1], [0, 0], [3, 3], isa),
+]
+for call, *args in calls:
+    print(refused(call, *args))
+"""
+    )
+    lines = out.splitlines()
+    assert len(lines) == 8 and all("aligned" in line for line in lines), out

@@ -63,8 +63,13 @@ def test_plugin_provides_the_three_paths_ranked():
             "MaxPool",
             "Concat",
             "NonMaxSuppression",
+            "RNN",
+            "GRU",
+            "LSTM",
+            "Attention",
+            "LayerNormalization",
         }
-        ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu")
+        ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization")
         fused = {("com.graphrt", op) for op in ours}
         assert set(p.kernels) == {("", op) for op in ops} | fused
     assert graphrt.Session(mlp(), kernel_path="auto").kernel_path == ISAS[-1]  # the best

@@ -1,9 +1,10 @@
 """The hook implementations graphrt finds through this package's entry point.
 
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Concat,
-Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression and the fused products (FusedConv,
-FusedMatMul, FusedGemm); the session picks the best available one ("auto") or the one forced by
-``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
+Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
+LayerNormalization and the fused products (FusedConv, FusedMatMul, FusedGemm); the session
+picks the best available one ("auto") or the one forced by ``kernel_path=`` /
+``GRAPHRT_KERNEL_PATH``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,26 @@ from collections.abc import Callable
 
 from graphrt import hookimpl
 from graphrt.kernel import NodeInfo, OpKernel
+from graphrt.lazy import kernel_modules
 from graphrt.paths import KernelPath
 
 from . import _native
-from .conv import Conv, FusedConv
-from .copies import Concat
 from .elementwise import UNARY, Gelu
-from .fused import FusedMatMul, FusedProduct
 from .kernels import Gemm, MatMul, NumpyFactory
-from .pool import MaxPool
-from .suppression import NonMaxSuppression
+from .layernorm import LayerNormalization
+
+# Imported when a session first builds one of their kernels (graphrt.lazy): each pulls in the
+# numpy kernels it wraps, which a model without those operators should not pay for at start.
+attention, conv, copies, fused, pool, recurrent, suppression = kernel_modules(
+    __package__, "attention conv copies fused pool recurrent suppression"
+)
+Attention = attention.Attention
+Conv, FusedConv = conv.Conv, conv.FusedConv
+Concat = copies.Concat
+FusedMatMul, FusedProduct = fused.FusedMatMul, fused.FusedProduct
+MaxPool = pool.MaxPool
+Recurrent = recurrent.Recurrent
+NonMaxSuppression = suppression.NonMaxSuppression
 
 #: (path name, rank); the name is also the native ISA the path's kernels call.
 PATHS = (("scalar", 10), ("avx2", 20), ("avx512", 30))
@@ -58,7 +69,12 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "MaxPool"): _factory(MaxPool, isa),
                 ("", "Concat"): _factory(Concat, isa),
                 ("", "NonMaxSuppression"): _factory(NonMaxSuppression, isa),
+                **{("", op): _factory(Recurrent, isa) for op in ("RNN", "GRU", "LSTM")},
                 ("com.graphrt", "Gelu"): _factory(Gelu, isa),
+                ("", "Attention"): _factory(Attention, isa),
+                ("com.graphrt", "Attention"): _factory(Attention, isa),
+                ("", "LayerNormalization"): _factory(LayerNormalization, isa),
+                ("com.graphrt", "LayerNormalization"): _factory(LayerNormalization, isa),
                 **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
             },
         )

@@ -23,6 +23,14 @@ using OutArray = nb::ndarray<nb::device::cpu>;
 // The kernels of an ISA this CPU and OS can run (ValueError otherwise); module.cpp.
 const IsaKernels& kernels_for(const std::string& isa);
 
+// numpy allows float32 arrays at any byte address (np.frombuffer with an offset); the kernels
+// read whole floats, and a misaligned load is undefined behaviour (UBSan aborts on it).
+template <class A>
+inline void check_aligned(const A& x, const char* what) {
+    if (x.size() > 0 && reinterpret_cast<uintptr_t>(x.data()) % alignof(float) != 0)
+        throw nb::value_error((std::string(what) + " must be an aligned float32 array").c_str());
+}
+
 template <class A>
 inline void check_matrix(const A& x, const char* what, size_t ndim = 2) {
     if (x.dtype() != nb::dtype<float>())
@@ -31,6 +39,7 @@ inline void check_matrix(const A& x, const char* what, size_t ndim = 2) {
         throw nb::value_error((std::string(what) + " must have " + std::to_string(ndim) +
                                " dimension(s), got " + std::to_string(x.ndim()))
                                   .c_str());
+    check_aligned(x, what);
 }
 
 // Byte range [lo, hi) an array's elements occupy; empty arrays occupy nothing.
@@ -61,6 +70,7 @@ inline void check_flat(const A& x, const char* what) {
     if (x.dtype() != nb::dtype<float>())
         throw nb::type_error((std::string(what) + " must be a float32 array").c_str());
     if (x.size() == 0) return;  // no element to address: any strides will do
+    check_aligned(x, what);
     int64_t expect = 1;
     for (size_t d = x.ndim(); d-- > 0;) {
         if (x.shape(d) > 1 && x.stride(d) != expect)

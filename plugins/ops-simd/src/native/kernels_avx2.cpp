@@ -4,6 +4,8 @@
 #include <immintrin.h>
 
 #include "kernels.h"
+#include "fast.h"
+#include "rnn.h"
 #include "vec_x86.h"
 
 namespace graphrt_simd {
@@ -44,9 +46,15 @@ struct PoolLanes {
 #include "gemm_driver.inc"
 #include "nms_driver.inc"
 #include "conv_driver.inc"
+#include "rnn_driver.inc"
+#include "fast_math.inc"
+#include "gemm_rows.inc"
+#include "attention_driver.inc"
 
 }  // namespace avx2
 
 const IsaKernels avx2_kernels = avx2::make_table("avx2");
+const RnnKernels avx2_rnn = avx2::make_rnn_table("avx2");
+const FastKernels avx2_fast = avx2::make_fast_table("avx2");
 
 }  // namespace graphrt_simd

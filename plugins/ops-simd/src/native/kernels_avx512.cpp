@@ -4,6 +4,8 @@
 #include <immintrin.h>
 
 #include "kernels.h"
+#include "fast.h"
+#include "rnn.h"
 #include "vec_x86.h"
 
 namespace graphrt_simd {
@@ -51,9 +53,15 @@ struct PoolLanes {
 #include "gemm_driver.inc"
 #include "nms_driver.inc"
 #include "conv_driver.inc"
+#include "rnn_driver.inc"
+#include "fast_math.inc"
+#include "gemm_rows.inc"
+#include "attention_driver.inc"
 
 }  // namespace avx512
 
 const IsaKernels avx512_kernels = avx512::make_table("avx512");
+const RnnKernels avx512_rnn = avx512::make_rnn_table("avx512");
+const FastKernels avx512_fast = avx512::make_fast_table("avx512");
 
 }  // namespace graphrt_simd

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "fast.h"
+#include "rnn.h"
 
 namespace graphrt_simd {
 namespace scalar {
@@ -102,9 +104,15 @@ struct PoolLanes {
 #include "gemm_driver.inc"
 #include "nms_driver.inc"
 #include "conv_driver.inc"
+#include "rnn_driver.inc"
+#include "fast_math.inc"
+#include "gemm_rows.inc"
+#include "attention_driver.inc"
 
 }  // namespace scalar
 
 const IsaKernels scalar_kernels = scalar::make_table("scalar");
+const RnnKernels scalar_rnn = scalar::make_rnn_table("scalar");
+const FastKernels scalar_fast = scalar::make_fast_table("scalar");
 
 }  // namespace graphrt_simd

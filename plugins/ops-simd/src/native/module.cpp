@@ -24,6 +24,7 @@
 #endif
 
 #include "binding.h"
+#include "fast.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -233,13 +234,14 @@ void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArra
     float* c = static_cast<float*>(out.data());
     const std::ptrdiff_t ldc = static_cast<std::ptrdiff_t>(out.stride(0));
     nb::gil_scoped_release nogil;
-    const IsaKernels& kern = b.isa();
+    // the fast product of B's ISA with A read in place (gemm_rows.inc, attention.cpp)
+    const FastKernels& fast = fast_kernels_of(b.isa());
     const int64_t blocks = (row_end - row_begin + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK;
     // a row's arithmetic never depends on its block: any split gives the same bits
     NativePool::get().run(threads > 1 ? blocks : 1, threads, [&](int64_t i) {
         const int64_t lo = threads > 1 ? row_begin + i * GEMM_ROW_BLOCK : row_begin;
         const int64_t hi = threads > 1 ? std::min(row_end, lo + GEMM_ROW_BLOCK) : row_end;
-        kern.gemm_fast(lo, hi, n, k, sa, b.data(), c, ldc, &ep);
+        fast.gemm_rows(lo, hi, n, k, sa, b.data(), c, ldc, &ep);
     });
 }
 
@@ -456,6 +458,13 @@ void unary(const std::string& fn, const InArray& x, OutArray out, const std::str
 
 }  // namespace
 
+namespace graphrt_simd {
+// LSTM, GRU and RNN (rnn.cpp).
+void bind_rnn(nb::module_& m);
+// Attention, the fast element-wise functions and LayerNorm (attention.cpp).
+void bind_attention(nb::module_& m);
+}  // namespace graphrt_simd
+
 NB_MODULE(_native, m) {
     // Plans, packed weights and conv plans held by Python globals are still alive when the
     // interpreter tears this module down at exit; that is not a leak worth a warning.
@@ -491,6 +500,8 @@ NB_MODULE(_native, m) {
           "NaN -> 0x7FC00000.");
     bind_conv(m);
     bind_nms(m);
+    bind_rnn(m);
+    bind_attention(m);
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
