@@ -31,10 +31,16 @@ from onnx import helper
 import graphrt
 import graphrt.session
 
-pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these tests")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these tests")
+if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 21):
+    pytest.skip(
+        "onnxruntime < 1.21 is no oracle for empty inputs: 1.20 aborts the process (SIGFPE) on a "
+        "batch-0 TopK, and onnx < 1.20's loader gives node cases without in-memory models",
+        allow_module_level=True,
+    )
 
-from tests._empty_variants import Variant, clear_shape, load_variants
-from tests._models import init, make_model, ort_session, tensor
+from tests._empty_variants import Variant, clear_shape, load_variants  # noqa: E402
+from tests._models import init, make_model, ort_session, tensor  # noqa: E402
 
 RUNS = [("fast", "numpy"), ("fast", "auto"), ("exact", "numpy"), ("exact", "auto")]
 
