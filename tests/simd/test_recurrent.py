@@ -23,6 +23,7 @@ from graphrt.kernel import InferContext, KernelContext
 from graphrt_ops_basic import rnn as basic_rnn
 from tests._models import init, make_model, ort_session, tensor
 from tests._numpy_alloc import count_numpy_allocations
+from tests.ops.test_rnn import NAMES, random_inputs
 from tests.simd._simd import ALL_PATHS, bits, path_or_skip, simd
 
 recurrent = pytest.importorskip("graphrt_ops_simd.recurrent")
@@ -33,39 +34,6 @@ OPS = ("RNN", "GRU", "LSTM")
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 #: Hidden sizes off every vector width (4 scalar, 8 avx2, 16 avx512) and one on them.
 HIDDEN = (1, 5, 13, 17, 8, 33)
-
-
-GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-#: The node's inputs in order (sequence_lens is L).
-NAMES = ["X", "W", "R", "B", "L", "h0", "c0", "P"]
-
-
-def random_inputs(rng, op, seq, batch, inp, hid, dirs=1, layout=0, dtype=F32, **given):
-    """X, W, R and whichever of B, L (lengths), h0, c0, P are asked for (True or an array)."""
-    g = GATES[op]
-    state = (batch, dirs, hid) if layout else (dirs, batch, hid)
-    shapes = {
-        "X": (batch, seq, inp) if layout else (seq, batch, inp),
-        "W": (dirs, g * hid, inp),
-        "R": (dirs, g * hid, hid),
-        "B": (dirs, 2 * g * hid),
-        "h0": state,
-        "c0": state,
-        "P": (dirs, 3 * hid),
-    }
-    out = {}
-    for name in NAMES:
-        want = given.get(name, name in ("X", "W", "R"))
-        if want is False or want is None:
-            continue
-        if not isinstance(want, bool):
-            out[name] = np.asarray(want)
-        elif name == "L":
-            out[name] = rng.integers(0, seq + 1, batch).astype(np.int32)
-        else:
-            scale = 1 / np.sqrt(shapes[name][-1]) if name in ("W", "R") else 1.0
-            out[name] = (rng.standard_normal(shapes[name]) * scale).astype(dtype)
-    return out
 
 
 def one_node(op, arrays, opset=14, const=("W", "R", "B", "P"), **attrs):
