@@ -121,6 +121,27 @@ def test_fast_rows_split_gives_the_same_bits(isa):
     np.testing.assert_array_equal(bits(split), bits(whole))
 
 
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(("act", "axis"), [("relu", "col"), ("sigmoid", "row"), ("none", None)])
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_fast_thread_split_over_rows_and_columns_gives_the_same_bits(isa, act, axis, threads):
+    """With threads the rows and the columns of B are cut into work items (a partial last
+    panel, a column bias shifted with its chunk): not a bit may change."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(11)
+    m, k, n = 200, 384, 1000
+    a, b = _rand(rng, m, k), _rand(rng, k, n)
+    bias = None if axis is None else _rand(rng, n if axis == "col" else m)
+    packed = simd.pack_b(b, isa)
+    kw = {"bias": bias, "bias_axis": axis or "col", "activation": act}
+    one, many = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+    simd.gemm(a, packed, one, threads=1, **kw)
+    simd.gemm(a, packed, many, threads=threads, **kw)
+    np.testing.assert_array_equal(bits(many), bits(one))
+    ref = _epilogue_reference(a, b, 1.0, bias, axis, act, 0.0, 0.0)
+    np.testing.assert_allclose(many, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_fast_paths_agree_within_tolerance_and_repack():
     rng = np.random.default_rng(9)
     a, b, b2 = _rand(rng, 50, 129), _rand(rng, 129, 33), _rand(rng, 129, 33)

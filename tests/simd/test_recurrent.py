@@ -23,6 +23,7 @@ from graphrt.kernel import InferContext, KernelContext
 from graphrt_ops_basic import rnn as basic_rnn
 from tests._models import init, make_model, ort_session, tensor
 from tests._numpy_alloc import count_numpy_allocations
+from tests._versions import onnxruntime_release
 from tests.ops.test_rnn import NAMES, random_inputs
 from tests.simd._simd import ALL_PATHS, bits, path_or_skip, simd
 
@@ -88,6 +89,12 @@ def assert_close(got, want, rtol=RTOL, atol=ATOL):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
 
 
+def _entries(value, keep, layout):
+    """The batch entries ``keep`` of an output (batch axis by output rank and layout)."""
+    axis = (2 if value.ndim == 4 else 1) if not layout else 0
+    return np.compress(keep, value, axis=axis)
+
+
 def run_both_thread_counts(model, feeds, path):
     """Outputs on one thread, checked bit-equal to two threads' (and the plan native)."""
     results = []
@@ -143,7 +150,15 @@ def test_matches_onnxruntime(path, op, direction, layout, seed):
     model, feeds = one_node(op, arrays, opset=14, **attrs)
     got = run_both_thread_counts(model, feeds, path)
     want = ort_reference(op, arrays, **attrs)
-    assert_close(got, want)
+    if op == "RNN" and "L" in arrays and onnxruntime_release() < (1, 21):
+        # onnxruntime < 1.21's RNN does not zero an entry of length 0 (Y and Y_h); the loop
+        # below checks ours against the spec there, the other entries against onnxruntime
+        live = np.asarray(arrays["L"]) > 0
+        assert_close(
+            [_entries(v, live, layout) for v in got], [_entries(v, live, layout) for v in want]
+        )
+    else:
+        assert_close(got, want)
     if "L" in arrays:  # past an entry's length Y is zero; length 0: zero final states
         lens = arrays["L"]
         y = got[0] if not layout else got[0].transpose(1, 2, 0, 3)

@@ -187,6 +187,9 @@ PackedB* pack_b(const InArray& b, const std::string& isa) {
 // Rows per block when gemm splits its rows over the plugin's threads (graphrt_ops_simd.kernels
 // uses the same block size and the same multiply-add threshold to decide a split).
 constexpr int64_t GEMM_ROW_BLOCK = 64;
+// Work items a split aims at per thread, and the fewest panels of B a column chunk holds.
+constexpr int64_t GEMM_ITEMS_PER_THREAD = 4;
+constexpr int64_t GEMM_MIN_PANELS = 4;
 
 void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArray> bias,
           const std::string& bias_axis, float alpha, const std::string& activation,
@@ -237,11 +240,27 @@ void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArra
     // the fast product of B's ISA with A read in place (gemm_rows.inc, attention.cpp)
     const FastKernels& fast = fast_kernels_of(b.isa());
     const int64_t blocks = (row_end - row_begin + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK;
-    // a row's arithmetic never depends on its block: any split gives the same bits
-    NativePool::get().run(threads > 1 ? blocks : 1, threads, [&](int64_t i) {
-        const int64_t lo = threads > 1 ? row_begin + i * GEMM_ROW_BLOCK : row_begin;
-        const int64_t hi = threads > 1 ? std::min(row_end, lo + GEMM_ROW_BLOCK) : row_end;
-        fast.gemm_rows(lo, hi, n, k, sa, b.data(), c, ldc, &ep);
+    if (threads <= 1 || blocks <= 0 || n <= 0) {
+        fast.gemm_rows(row_begin, row_end, n, k, sa, b.data(), c, ldc, &ep);
+        return;
+    }
+    // Rows and columns both split, so that a thread the machine runs late finds the other
+    // threads have taken its share (two 64-row blocks on two threads wait for the slower one).
+    // Column chunks are whole panels of B: an element's arithmetic depends on k, n and the ISA
+    // only, never on its tile's block, so any split gives the same bits.
+    const int64_t nr = b.isa().nr, panels = (n + nr - 1) / nr;
+    const int64_t want = (GEMM_ITEMS_PER_THREAD * threads + blocks - 1) / blocks;
+    const int64_t chunks = std::max<int64_t>(1, std::min(want, panels / GEMM_MIN_PANELS));
+    const int64_t per_chunk = (panels + chunks - 1) / chunks;
+    const int64_t col_chunks = (panels + per_chunk - 1) / per_chunk;
+    NativePool::get().run(blocks * col_chunks, threads, [&](int64_t i) {
+        const int64_t lo = row_begin + (i / col_chunks) * GEMM_ROW_BLOCK;
+        const int64_t hi = std::min(row_end, lo + GEMM_ROW_BLOCK);
+        const int64_t p0 = (i % col_chunks) * per_chunk;
+        const int64_t j0 = p0 * nr, j1 = std::min(n, (p0 + per_chunk) * nr);
+        Epilogue part = ep;
+        if (part.bias_axis == BIAS_COL) part.bias = ep.bias + j0;
+        fast.gemm_rows(lo, hi, j1 - j0, k, sa, b.data() + p0 * k * nr, c + j0, ldc, &part);
     });
 }
 
