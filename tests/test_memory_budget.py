@@ -9,10 +9,12 @@ so a regression fails there instead of taking the machine's memory.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 
 import numpy as np
 import onnx
@@ -403,4 +405,145 @@ def test_native_maxpool_work_buffer_counts_against_the_budget():
     assert err.node == "pool"
     (y,) = graphrt.Session(m, kernel_path=isa, intra_op_threads=1).run(None, {"x": x})
     (want,) = graphrt.Session(m, kernel_path="numpy").run(None, {"x": x})
+    np.testing.assert_array_equal(y, want)
+
+
+# -- refused before the allocation, not after ------------------------------------------------------
+def traced_peak(call) -> tuple[object, int]:
+    """``call()``'s result (or the SessionError it raised) and the most bytes traced at once
+    while it ran: numpy reports its array buffers to tracemalloc."""
+    tracemalloc.start()
+    try:
+        try:
+            result = call()
+        except graphrt.SessionError as e:
+            result = e
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def doubling_loop() -> onnx.ModelProto:
+    """Loop of M iterations whose carried x becomes Concat(x, x): it doubles every iteration."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Concat", ["x_in", "x_in"], ["x_out"], axis=0),
+        ],
+        "body",
+        [
+            T("i", TensorProto.INT64, []),
+            T("c_in", TensorProto.BOOL, []),
+            T("x_in", TensorProto.FLOAT, None),
+        ],
+        [T("c_out", TensorProto.BOOL, []), T("x_out", TensorProto.FLOAT, None)],
+    )
+    loop = helper.make_node("Loop", ["M", "", "x"], ["y"], body=body, name="loop")
+    return model(
+        [loop],
+        [T("M", TensorProto.INT64, []), T("x", TensorProto.FLOAT, None)],
+        [T("y", TensorProto.FLOAT, None)],
+    )
+
+
+@pytest.mark.parametrize("budget_mib", [40, 56])
+def test_doubling_loop_is_refused_before_it_holds_more_than_the_budget(budget_mib):
+    """The body's slab (input and output: 3x the carried value c) used to be allocated before
+    it was checked, its copied-out outputs were counted only after they existed, and every
+    iteration's new shape left its idle run state's slab behind: 112 MiB traced under a
+    64 MiB budget.  Each of the three alone passes one of these budgets: 40 MiB is between
+    c + slab and c + slab + outputs at c = 8 MiB, 56 MiB between the latter and the next
+    iteration's c + slab."""
+    budget = budget_mib * MiB
+    session = graphrt.Session(doubling_loop(), max_memory=budget)
+    feed = {"M": np.array(2**62, np.int64), "x": np.ones(1, np.float32)}
+    err, peak = traced_peak(lambda: session.run(None, feed))
+    assert isinstance(err, graphrt.SessionError), err
+    assert err.kind == "resource_exhausted" and err.node == "loop", err
+    assert peak <= budget, f"{peak / MiB:.1f} MiB traced under a {budget // MiB} MiB budget"
+    (y,) = session.run(None, {"M": np.array(3, np.int64), "x": np.arange(2, dtype=np.float32)})
+    np.testing.assert_array_equal(y, np.tile(np.arange(2, dtype=np.float32), 8))
+
+
+def test_loop_body_slab_is_refused_before_it_is_allocated():
+    """A body of static shapes (run on one kept run state) whose 32 MiB slab does not fit a
+    40 MiB budget beside the caller's 16 MiB: refused before the slab exists (48 MiB traced
+    when it was checked once allocated)."""
+    n = 4 * MiB  # float32: 16 MiB
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Mul", ["x_in", "x_in"], ["sq"]),
+            helper.make_node("Sub", ["sq", "x_in"], ["x_out"]),
+        ],
+        "body",
+        [
+            T("i", TensorProto.INT64, []),
+            T("c_in", TensorProto.BOOL, []),
+            T("x_in", TensorProto.FLOAT, [n]),
+        ],
+        [T("c_out", TensorProto.BOOL, []), T("x_out", TensorProto.FLOAT, [n])],
+    )
+    loop = helper.make_node("Loop", ["M", "", "x"], ["y"], body=body, name="loop")
+    m = model(
+        [loop],
+        [T("M", TensorProto.INT64, []), T("x", TensorProto.FLOAT, [n])],
+        [T("y", TensorProto.FLOAT, [n])],
+    )
+    budget = 40 * MiB
+    session = graphrt.Session(m, max_memory=budget)
+    feed = {"M": np.array(3, np.int64), "x": np.ones(n, np.float32)}
+    err, peak = traced_peak(lambda: session.run(None, feed))
+    assert isinstance(err, graphrt.SessionError), err
+    assert err.kind == "resource_exhausted" and err.node == "loop", err
+    assert "the body's plan" in str(err)
+    assert peak <= budget, f"{peak / MiB:.1f} MiB traced under a {budget // MiB} MiB budget"
+    (y,) = graphrt.Session(m, max_memory=64 * MiB).run(None, feed)
+    np.testing.assert_array_equal(y, np.zeros(n, np.float32))  # 1*1 - 1, then 0*0 - 0
+
+
+def range_model(elem: int) -> onnx.ModelProto:
+    """Range of start, limit and delta given at run time (a dynamic step)."""
+    return model(
+        [helper.make_node("Range", ["a", "b", "c"], ["y"], name="range")],
+        [T(k, elem, []) for k in "abc"],
+        [T("y", elem, None)],
+        opset=11,
+    )
+
+
+def test_range_holds_its_output_and_a_chunk_not_an_int64_copy():
+    """A 64 MiB float32 Range used to count in an int64 array (128 MiB) and convert it (another
+    64 MiB) before writing the output; now the output, the session's copy of it and one
+    chunk of work.  The values are start + i * delta in float32, chunks notwithstanding."""
+    n = 16 << 20
+    feed = {k: np.array(v, np.float32) for k, v in zip("abc", (-3.0, -3.0 + n * 0.25, 0.25))}
+    session = graphrt.Session(range_model(TensorProto.FLOAT))
+    (y,), peak = traced_peak(lambda: session.run(None, feed))
+    assert y.shape == (n,)
+    assert peak < 2 * y.nbytes + 4 * MiB, f"{peak / MiB:.1f} MiB traced for 64 MiB"
+    i = np.arange(n, dtype=np.int64).astype(np.float32)
+    np.testing.assert_array_equal(y, i * np.float32(0.25) + np.float32(-3.0))
+
+
+@pytest.mark.parametrize(
+    ("elem", "dtype", "start", "limit", "delta"),
+    [
+        (TensorProto.FLOAT16, np.float16, 1.5, 600.0, 2.0**-9),  # float32, rounded once to T
+        (TensorProto.INT32, np.int32, -(2**31) + 10, -(2**31) + 10 + 1000 * 300_005, 1000),
+    ],
+)
+def test_range_values_across_chunks_follow_the_formula(elem, dtype, start, limit, delta):
+    """start + i * delta over several of the kernel's chunks (it computes 2**16 at a time):
+    float16 computed in float32 and rounded once; int32's i * delta passes 2**31 and wraps,
+    and start brings it back (the oracle computes in int64, where nothing wraps)."""
+    feed = {"a": np.array(start, dtype), "b": np.array(limit, dtype), "c": np.array(delta, dtype)}
+    (y,) = graphrt.Session(range_model(elem)).run(None, feed)
+    n = math.ceil((float(limit) - float(start)) / float(delta))
+    assert y.shape == (n,) and n > 4 << 16
+    i = np.arange(n, dtype=np.int64)
+    if dtype == np.float16:
+        want = (i.astype(np.float32) * np.float32(delta) + np.float32(start)).astype(dtype)
+    else:
+        want = (i * delta + start).astype(dtype)
     np.testing.assert_array_equal(y, want)

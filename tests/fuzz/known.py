@@ -14,31 +14,7 @@ import re
 from .harness import Finding
 
 #: (label pattern, finding kind pattern, detail fragment, why it is open)
-KNOWN: list[tuple[str, str, str, str]] = [
-    (
-        "LRN",
-        "hang",
-        "norm.py",
-        "LRN builds one call per window offset in Python (norm.py LRN.calls): size=2**63-1 "
-        "never finishes; the offsets outside [-(C-1), C-1] add nothing and can be skipped",
-    ),
-    (
-        "AveragePool",
-        "hang",
-        "_divisor",
-        "AveragePool's divisor is computed position by position in Python at infer "
-        "(pool.py _divisor): pads of 2**29 on an empty batch loop ~2**29 times",
-    ),
-    (
-        ".*",
-        "raw:ValueError",
-        "return RunState(self, pool)",
-        "a planned value with no elements but an extent numpy cannot hold (2**63-1, or 2**40 "
-        "twice: Conv with 0 channels and a huge pad, Tile, RandomNormal's shape, LpPool): "
-        "making the run state's slab views raises numpy's ValueError (runstate.py "
-        "_slab_array, the VIEW reshape)",
-    ),
-]
+KNOWN: list[tuple[str, str, str, str]] = []
 
 STRICT = os.environ.get("GRAPHRT_FUZZ_STRICT", "") not in ("", "0")
 

@@ -5,6 +5,8 @@ A spec is plain data (picklable, small): arrays are ``(dtype, shape, layout)`` t
 here, so a test can ask for a hostile layout (Fortran order, a stride step, negative or zero
 strides, read-only, misaligned) without sending the array; ``"fit"`` asks for the array the
 other arguments imply (conv's x, y and work; MaxPool's y) when it is small enough to make.
+The ``"broadcast"`` layout is one value at every index (zero strides), of any shape numpy can
+describe: a huge head count or sequence that takes no memory.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ def make(spec: Any) -> Any:
     if not (isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[1], tuple)):
         return spec
     dtype, shape, layout = spec
+    if layout == "broadcast" and all(d >= 0 for d in shape):
+        return np.broadcast_to(np.ones((), dtype), shape)
     if any(d < 0 for d in shape) or math.prod(shape) > MOST:
         shape = tuple(0 for _ in shape)
     rng = np.random.default_rng(len(shape) + sum(shape))
@@ -126,8 +130,16 @@ def execute(spec: dict[str, Any]) -> None:
     elif fn == "gemm_exact":
         N.gemm_exact(a["a"], a["b"], a["out"], a["isa"], a["row_begin"], a["row_end"])
     elif fn == "unary":
-        out = a["x"] if a["out"] == "same" else a["out"]
+        out = a["x"] if _same(a["out"]) else a["out"]
         N.unary(a["op"], a["x"], out, a["isa"], a["begin"], a["end"], a["threads"])
+    elif fn == "unary_fast":
+        out = a["x"] if _same(a["out"]) else a["out"]
+        N.unary_fast(a["op"], a["x"], out, a["isa"], a["begin"], a["end"], a["threads"])
+    elif fn == "attention":
+        N.attention(a["q"], a["k"], a["v"], a["mask"], a["y"], a["scale"], a["isa"], a["threads"])
+    elif fn == "layer_norm":
+        y = a["x"] if _same(a["y"]) else a["y"]
+        N.layer_norm(a["x"], y, a["scale"], a["bias"], a["eps"], a["isa"], a["threads"])
     elif fn == "canonicalize_nan":
         N.canonicalize_nan(a["x"])
     elif fn == "nms":
@@ -143,6 +155,12 @@ def execute(spec: dict[str, Any]) -> None:
         )
     else:
         raise AssertionError(f"unknown entry point {fn!r}")
+
+
+def _same(value: Any) -> bool:
+    """``"same"``: the output is the input itself (an array is never compared with a string:
+    numpy would compare element-wise and the truth value raise)."""
+    return isinstance(value, str) and value == "same"
 
 
 def _fit(value: Any, shape: Any) -> Any:

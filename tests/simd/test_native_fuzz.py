@@ -1,12 +1,13 @@
 """The native entry points called directly with hypothesis-drawn extreme arguments (issue 13).
 
 Conv (plan, stage, run), MaxPool, Concat, GEMM (pack, repack, fast and exact), the
-element-wise functions, NaN canonicalisation and NonMaxSuppression get zero, negative and huge
-sizes, strides, pads, dilations, unit and row ranges and thread counts, and arrays of the wrong
-shape, dtype, rank or layout (Fortran order, steps, negative and zero strides, read-only,
-misaligned).  Each call runs in a worker process (tests/fuzz/harness.py; many calls per
-process) and must return or raise a Python exception: a crash (a signal, or an ASan report
-under ``tox -e sanitize``) or a hang fails the test with the call that caused it.
+element-wise functions (exact and fast), NaN canonicalisation, NonMaxSuppression, attention
+and LayerNormalization get zero, negative and huge sizes, strides, pads, dilations, unit and
+row ranges and thread counts, and arrays of the wrong shape, dtype, rank or layout (Fortran
+order, steps, negative and zero strides, read-only, misaligned, huge broadcast views).  Each
+call runs in a worker process (tests/fuzz/harness.py; many calls per process) and must return
+or raise a Python exception: a crash (a signal, or an ASan report under ``tox -e sanitize``)
+or a hang fails the test with the call that caused it.
 """
 
 from __future__ import annotations
@@ -294,12 +295,15 @@ def gemm_spec(draw) -> dict:
 
 
 @st.composite
-def unary_spec(draw) -> dict:
+def unary_spec(draw, fast: bool = False) -> dict:
+    """unary (and canonicalize_nan), or with ``fast`` unary_fast (gelu, erf; exp is unknown)."""
     n = draw(st.sampled_from([0, 1, 7, 16, 1000, 1 << 17, 5]))
     shape = (n,) if draw(st.booleans()) else (2, n)
+    fns = ["unary_fast"] if fast else ["unary"] * 4 + ["canonicalize_nan"]
+    ops = ["gelu", "erf"] if fast else ["exp", "tanh", "sigmoid", "erf", "gelu"]
     spec = {
-        "fn": draw(st.sampled_from(["unary"] * 4 + ["canonicalize_nan"])),
-        "op": draw(st.sampled_from(["exp", "tanh", "sigmoid", "erf", "gelu"])),
+        "fn": draw(st.sampled_from(fns)),
+        "op": draw(st.sampled_from(ops)),
         "x": clean(shape),
         "out": draw(st.sampled_from(["same", clean(shape)])),
         "isa": draw(isa()),
@@ -311,7 +315,7 @@ def unary_spec(draw) -> dict:
         corrupt(
             spec,
             {
-                "op": st.just("log"),
+                "op": st.sampled_from(["log", "exp"] if fast else ["log"]),
                 "x": hostile_array(shape),
                 "out": hostile_array(shape),
                 "isa": BAD_ISA,
@@ -356,7 +360,94 @@ def nms_spec(draw) -> dict:
     )
 
 
+#: Zero-stride views of any size: huge head counts, lengths and head sizes in no memory.
+HUGE = [
+    ("float32", (1, 1 << 30, 1, 1), "broadcast"),
+    ("float32", (1, 1, 1 << 40, 4), "broadcast"),
+    ("float32", (1, 1, 2, 1 << 40), "broadcast"),
+    ("float32", (1 << 20, 1 << 20, 1, 1), "broadcast"),
+]
+
+
+@st.composite
+def attention_spec(draw) -> dict:
+    b, hkv = draw(st.sampled_from([1, 2, 0])), draw(st.sampled_from([1, 2, 3]))
+    hq = hkv * draw(st.sampled_from([1, 2, 4]))
+    q_len, kv_len = (draw(st.sampled_from([0, 1, 3, 8, 17, 65])) for _ in range(2))
+    d, dv = (draw(st.sampled_from([0, 1, 4, 16, 33])) for _ in range(2))
+    q, k, v = (b, hq, q_len, d), (b, hkv, kv_len, d), (b, hkv, kv_len, dv)
+    y, full = (b, hq, q_len, dv), (b, hq, q_len, kv_len)
+    masks = [None, None, clean((b, 1, 1, kv_len)), clean(full), clean((1, 1, q_len, kv_len))]
+    spec = {
+        "fn": "attention",
+        "q": clean(q),
+        "k": clean(k),
+        "v": clean(v),
+        "mask": draw(st.sampled_from(masks)),
+        "y": clean(y),
+        "scale": draw(st.sampled_from([0.125, 1.0, 0.0, -3.0])),
+        "isa": draw(isa()),
+        "threads": draw(st.sampled_from([1, 2, 3, 0])),
+    }
+    for key, shape in (("q", q), ("k", k), ("v", v)):  # any strides are allowed
+        if draw(st.integers(0, 3)) == 0:
+            spec[key] = ("float32", shape, draw(st.sampled_from(["fortran", "step", "neg"])))
+    huge = st.sampled_from(HUGE)
+    return draw(
+        corrupt(
+            spec,
+            {
+                "q": st.one_of(hostile_array(q), huge),
+                "k": st.one_of(hostile_array(k), huge),
+                "v": st.one_of(hostile_array(v), huge),
+                "mask": st.one_of(hostile_array(full), huge),
+                "y": hostile_array(y),
+                "scale": st.sampled_from([float("nan"), float("inf"), -float("inf"), 3e38]),
+                "isa": BAD_ISA,
+                "threads": st.sampled_from(THREADS),
+            },
+        )
+    )
+
+
+@st.composite
+def layer_norm_spec(draw) -> dict:
+    rows = draw(st.sampled_from([0, 1, 3, 129, 1024]))
+    n = draw(st.sampled_from([0, 1, 7, 384]))
+    spec = {
+        "fn": "layer_norm",
+        "x": clean((rows, n)),
+        "y": draw(st.sampled_from(["same", clean((rows, n))])),
+        "scale": draw(st.sampled_from([clean((n,)), clean((1,))])),
+        "bias": draw(st.sampled_from([None, clean((n,)), clean((1,))])),
+        "eps": draw(st.sampled_from([1e-5, 1e-12, 0.0])),
+        "isa": draw(isa()),
+        "threads": draw(st.sampled_from([1, 2, 3, 0])),
+    }
+    return draw(
+        corrupt(
+            spec,
+            {
+                "x": st.one_of(
+                    hostile_array((rows, n)),
+                    st.just(("float32", (1 << 40, 0), "c")),
+                    st.just(("float32", (1 << 40, n), "broadcast")),
+                ),
+                "y": hostile_array((rows, n)),
+                "scale": st.one_of(hostile_array((n,)), st.just(("float32", (n,), "broadcast"))),
+                "bias": hostile_array((n,)),
+                "eps": st.sampled_from([float("nan"), -1.0, float("inf")]),
+                "isa": BAD_ISA,
+                "threads": st.sampled_from(THREADS),
+            },
+        )
+    )
+
+
 ENTRY_POINTS = {
+    "attention": attention_spec(),
+    "layer_norm": layer_norm_spec(),
+    "unary_fast": unary_spec(fast=True),
     "conv": conv_spec(),
     "maxpool2d": maxpool_spec(),
     "concat": concat_spec(),

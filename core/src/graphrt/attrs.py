@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphrt.errors import SessionError
 from graphrt.kernel import NodeInfo
 from graphrt.proto import AttributeProto, NodeProto, to_array
 
@@ -20,7 +21,7 @@ def attribute_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="replace")
     if t == AttributeProto.TENSOR:
-        return to_array(attr.t)
+        return _tensor(attr, attr.t)
     if t == AttributeProto.GRAPH:
         return attr.g
     if t == AttributeProto.SPARSE_TENSOR:
@@ -34,7 +35,7 @@ def attribute_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
     if t == AttributeProto.TENSORS:
-        return [to_array(x) for x in attr.tensors]
+        return [_tensor(attr, x) for x in attr.tensors]
     if t == AttributeProto.GRAPHS:
         return list(attr.graphs)
     if t == AttributeProto.SPARSE_TENSORS:
@@ -44,10 +45,27 @@ def attribute_value(attr: AttributeProto) -> Any:
     return None
 
 
+def _tensor(attr: AttributeProto, t: Any) -> Any:
+    """A tensor attribute's value; one the model cannot hold (an UNDEFINED element type, data
+    that does not fill its dims) is the model's fault, as for an initializer."""
+    try:
+        return to_array(t)
+    except Exception as exc:
+        raise SessionError(
+            "invalid_model", f"attribute {attr.name!r}: tensor {t.name!r} cannot be read: {exc}"
+        ) from exc
+
+
 def node_info(node: NodeProto, opset: int, attrs: dict[str, Any] | None = None) -> NodeInfo:
     """The NodeInfo a kernel factory receives for ``node`` at ``opset`` of its domain."""
     if attrs is None:
-        attrs = {a.name: attribute_value(a) for a in node.attribute}
+        try:
+            attrs = {a.name: attribute_value(a) for a in node.attribute}
+        except SessionError as exc:
+            label = f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node"
+            raise SessionError(exc.kind, f"{label}: {exc.args[0]}", node=node.name or None) from (
+                exc.__cause__
+            )
     return NodeInfo(
         name=node.name,
         op_type=node.op_type,

@@ -12,9 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from graphrt.errors import SessionError
 
-__all__ = ["DEFAULT_MAX_MEMORY", "RunLimits", "exhausted", "value_nbytes"]
+__all__ = [
+    "DEFAULT_MAX_MEMORY",
+    "RunLimits",
+    "check_holdable",
+    "exhausted",
+    "numpy_refuses",
+    "value_nbytes",
+]
 
 #: The default budget: the core contract's 2 GiB plan rule.
 DEFAULT_MAX_MEMORY = 2**31
@@ -35,6 +44,57 @@ def value_nbytes(value: Any) -> int:
     if isinstance(value, (list, tuple)):
         return sum(value_nbytes(v) for v in value) + ARRAY_OVERHEAD
     return ARRAY_OVERHEAD
+
+
+#: numpy's most axes (NPY_MAXDIMS): 64 from numpy 2 on, 32 before.
+MAX_NDIM = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+_MAX_INTP = int(np.iinfo(np.intp).max)
+_INTP_LIMIT = "2**63 - 1" if _MAX_INTP == 2**63 - 1 else str(_MAX_INTP)
+
+
+def numpy_refuses(dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
+    """Why numpy cannot make an array of this type and shape although the budget lets it, or None.
+
+    numpy refuses more than :data:`MAX_NDIM` axes, a negative extent, and extents whose product
+    (zeros left out) times the item size passes intp, even when a 0 extent leaves nothing to
+    hold: ``np.empty((0, 2**63 - 1))`` raises ValueError.  A shape with elements that numpy
+    cannot hold is over every budget and left to it (``resource_exhausted``).
+    """
+    if len(shape) > MAX_NDIM:
+        return f"numpy's arrays have at most {MAX_NDIM} axes"
+    if 0 not in shape:
+        return "numpy refuses a negative extent" if min(shape, default=0) < 0 else None
+    n = max(np.dtype(dtype).itemsize, 1)
+    for d in shape:
+        if d < 0:
+            return "numpy refuses a negative extent"
+        if d:
+            n *= d
+    if n > _MAX_INTP:
+        return (
+            "numpy cannot hold that shape even with no elements: its nonzero extents times the "
+            f"item size pass {_INTP_LIMIT} bytes"
+        )
+    return None
+
+
+def check_holdable(
+    dtype: np.dtype, shape: tuple[int, ...], what: str, kind: str, node: Any = None
+) -> None:
+    """Refuse (``kind``) a value whose type and shape numpy cannot make (:func:`numpy_refuses`),
+    naming it, before anything views or allocates it: numpy's own error would be a raw
+    ValueError."""
+    why = numpy_refuses(dtype, shape)
+    if why is None:
+        return
+    from graphrt.dtypes import name_of
+
+    label = f"{node.label}: " if node is not None else ""
+    raise SessionError(
+        kind,
+        f"{label}{what} would be {name_of(np.dtype(dtype))}{list(shape)}; {why}",
+        node=None if node is None else (node.name or None),
+    )
 
 
 def _size(nbytes: int) -> str:
@@ -86,6 +146,13 @@ class RunLimits:
             raise exhausted(what, nbytes, held, self.budget, node)
         if nbytes > 0:  # a negative size is numpy's to refuse, not a credit
             self.used += nbytes
+
+    def admit(self, nbytes: int, node: Any = None, what: str = "a value") -> None:
+        """Refuse ``nbytes`` that would not fit beside what is held, without counting them: a
+        body's slab, checked before its run state allocates it (:meth:`enter` counts it)."""
+        held = self.outer + self.own + self.native + self.used
+        if held + nbytes > self.budget:
+            raise exhausted(what, nbytes, held, self.budget, node)
 
     def release(self, nbytes: int) -> None:
         """Give back bytes charged earlier in this run (a loop's values it no longer keeps)."""

@@ -206,8 +206,9 @@ def to_array(t: Any) -> np.ndarray:
 
     Raw data and typed fields are decoded as the ONNX IR defines them (little-endian raw data;
     float16 and bool bits in int32_data; complex values as pairs).  A tensor whose data does not
-    fill its dims is refused with ValueError.  External data must have been read into
-    ``raw_data`` first.
+    fill its dims, or whose element type is UNDEFINED or one ONNX does not define, is refused
+    with ValueError (callers name the tensor in an ``invalid_model`` SessionError).  External
+    data must have been read into ``raw_data`` first.
     """
     code = t.data_type
     if t.HasField("segment"):
@@ -222,8 +223,9 @@ def to_array(t: Any) -> np.ndarray:
         return out.reshape(dims)
     native = _NATIVE.get(code)
     if native is None:
-        if code == _T.UNDEFINED:
-            raise TypeError("the tensor's element type is UNDEFINED")
+        if code == _T.UNDEFINED or code not in _T.DataType.values():
+            name = "UNDEFINED" if code == _T.UNDEFINED else "not an ONNX element type"
+            raise ValueError(f"its element type {code} ({name}) is not supported")
         from onnx import numpy_helper  # bfloat16, float8, 4- and 2-bit types: ml_dtypes
 
         return np.array(numpy_helper.to_array(t), copy=True)

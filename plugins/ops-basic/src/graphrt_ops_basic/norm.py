@@ -379,7 +379,8 @@ class LRN(ProgramOfCalls):
     """y = x / (bias + alpha / size * sum of x^2 over nearby channels) ** beta.
 
     The window over channels c spans c - floor((size - 1) / 2) to c + ceil((size - 1) / 2),
-    clipped to the tensor: one shifted add per neighbour.
+    clipped to the tensor: one shifted add per neighbour that exists, so the cost is bounded by
+    the channel count, not by size.
     """
 
     def __init__(self, node: NodeInfo) -> None:
@@ -418,8 +419,11 @@ class LRN(ProgramOfCalls):
             functools.partial(np.square, sq, out=sq),
             functools.partial(np.copyto, acc, sq),
         ]
-        for off in range(-before, after + 1):
-            if off == 0 or abs(off) >= c:
+        # An offset of C or more channels shifts nothing into the tensor: clamping the window
+        # to [-(C-1), C-1] bounds the calls by C however large size is (2**63-1 in a hostile
+        # model), and the adds left run in the same order as before.
+        for off in range(max(-before, 1 - c), min(after, c - 1) + 1):
+            if off == 0:
                 continue
             dst = acc[:, : c - off] if off > 0 else acc[:, -off:]
             src = sq[:, off:] if off > 0 else sq[:, : c + off]

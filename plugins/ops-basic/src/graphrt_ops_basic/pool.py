@@ -5,9 +5,10 @@ then along the next, and so on, so a k x k window costs about 2k numpy calls ins
 (and the first passes, over whole rows, run on contiguous memory).  X is read in place unless a
 window reaches into padding; then it is copied once into a scratch buffer whose border holds
 the pad value (-inf, or the type's minimum, for max; 0 for sums).  AveragePool divides by a
-per-position count computed once per plan, so count_include_pad, ceil_mode and dilations cost
-nothing per run.  MaxPool's Indices output needs to know which tap won: that path compares tap
-by tap and records the winner's index.  float16 and bfloat16 sums accumulate in float32.
+per-position count computed once per plan (at its first bind, in closed form per axis), so
+count_include_pad, ceil_mode and dilations cost nothing per run.  MaxPool's Indices output needs
+to know which tap won: that path compares tap by tap and records the winner's index.  float16
+and bfloat16 sums accumulate in float32.
 
 Exact mode (docs/exact-mode.md): a maximum is exact in any order; MaxPool and GlobalMaxPool
 then add +0 (a zero maximum is +0 whatever the machine's max does with -0 and +0) and rewrite
@@ -43,7 +44,7 @@ class _Plan:
     buf: int | None  # scratch: X padded (and converted to the compute type)
     stages: tuple[int | None, ...]  # scratch per spatial axis but the last (None: a plain view)
     acc: int | None  # scratch: the result in the compute type when Y's type differs
-    divisor: np.ndarray | None = None  # AveragePool: elements averaged per output position
+    divisor: _Divisor | None = None  # AveragePool: elements averaged per output position
     indices: _Indices | None = None  # MaxPool with its Indices output
     nan: int | None = None  # exact mode: scratch (bool, Y's shape) of the canonical-NaN rewrite
 
@@ -268,22 +269,69 @@ class AveragePool(_Pool):
     def infer(self, ctx: InferContext) -> None:
         plan = self._plan(ctx)
         include = self.node.attr("count_include_pad", 0)
-        ctx.prepared = dataclasses.replace(plan, divisor=_divisor(plan.w, include, plan.compute))
+        w, limit = plan.w, np.iinfo(np.int64).max
+        if math.prod(ctx.shape(0)[:2]) and (max(w.extent) > limit or math.prod(w.out) > limit):
+            raise self.fail(
+                f"the windows read {list(w.extent)} padded positions for an output of "
+                f"{list(w.out)}: too large to represent",
+                "invalid_input",
+            )
+        divisor = _Divisor(w, include, plan.compute)
+        ctx.prepared = dataclasses.replace(plan, divisor=divisor)
 
     def after(self, p: _Plan, final: np.ndarray, y: np.ndarray) -> list[Callable[[], Any]]:
-        return [functools.partial(np.divide, final, p.divisor, out=y, casting="unsafe")]
+        if y.size == 0:  # an empty batch: nothing to divide, and no divisor to compute
+            return []
+        divisor = p.divisor.value()
+        return [functools.partial(np.divide, final, divisor, out=y, casting="unsafe")]
+
+
+class _Divisor:
+    """AveragePool's divisor, computed at the plan's first bind and kept.
+
+    Not at infer: by the time a step binds, the plan holding Y (at least as many elements as
+    the divisor) has been accepted by the memory budget, so an output too large for it (pads of
+    2**29, say) is refused before any per-position work, and an empty one never needs it.
+    """
+
+    __slots__ = ("_value", "dtype", "include_pad", "w")
+
+    def __init__(self, w: Window, include_pad: int, dtype: np.dtype) -> None:
+        self.w, self.include_pad, self.dtype = w, include_pad, dtype
+        self._value: np.ndarray | None = None
+
+    def value(self) -> np.ndarray:
+        if self._value is None:  # run states binding at once compute the same array
+            self._value = _divisor(self.w, self.include_pad, self.dtype)
+        return self._value
+
+
+def _axis_counts(o: int, k: int, s: int, d: int, lo: int, hi: int) -> np.ndarray:
+    """Per output position of one axis, how many of its k taps (at o * s + j * d, padded
+    coordinates) fall in [lo, hi): j runs from ceil((lo - start) / d) to ceil((hi - start) / d)
+    clipped to [0, k], so the cost is O(o) whatever k, the strides and the pads are.
+
+    The bounds are at most the extent the windows read (< 2**63); a stride with one output, or
+    a dilation with one tap, may be larger but then changes nothing, so it is taken as 1.
+    """
+    starts = np.arange(o, dtype=np.int64) * (s if o > 1 else 1)
+    d = d if k > 1 else 1
+    first = np.maximum(-((starts - lo) // d), 0)  # -((start - lo) // d) = ceil((lo - start) / d)
+    stop = np.minimum(-((starts - hi) // d), k)
+    return np.maximum(stop - first, 0)
 
 
 def _divisor(w: Window, include_pad: int, dtype: np.dtype) -> np.ndarray:
     """How many elements each output position averages: inside X, or inside X and its declared
     padding with count_include_pad (never the room ceil_mode adds past the padding)."""
     counts = []
-    for o, k, s, d, b, n, e in zip(
-        w.out, w.kernel, w.strides, w.dilations, w.begin, w.spatial, w.end
+    for o, k, s, d, b, n, e, x in zip(
+        w.out, w.kernel, w.strides, w.dilations, w.begin, w.spatial, w.end, w.extent
     ):
         lo, hi = (0, b + n + e) if include_pad else (b, b + n)
-        starts = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d
-        counts.append(((starts >= lo) & (starts < hi)).sum(axis=1))
+        # every tap lies in [0, extent): clamping the bounds there changes no count and keeps
+        # the arithmetic inside int64
+        counts.append(_axis_counts(o, k, s, d, min(lo, x), min(hi, x)))
     total = functools.reduce(np.multiply.outer, counts)
     total = np.maximum(total, 1)
     if np.all(total == total.flat[0]):

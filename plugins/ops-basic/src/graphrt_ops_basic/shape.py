@@ -89,6 +89,11 @@ class ConstantOfShape(OpKernel):
         return functools.partial(np.copyto, outputs[0], self.value)
 
 
+#: Elements Range computes at a time (512 KiB of int64 indices: cache-sized, and its scratch
+#: stays small beside an output of any size).
+RANGE_CHUNK = 1 << 16
+
+
 class Range(OpKernel):
     """start + i * delta for i in [0, n), n = max(ceil((limit - start) / delta), 0).
 
@@ -98,8 +103,10 @@ class Range(OpKernel):
     ``float(i) * delta + start`` in the compute type: two correctly rounded operations per
     element and no accumulation, so the bits are the same everywhere (hence exact).  float16
     and bfloat16 compute in float32 (``stash_type``, opset 27; the wider type earlier too) and
-    round once to T.  The values are known whenever ``infer`` succeeds, so they are computed
-    there (per plan, or per run for a dynamic node) and ``run`` copies them.
+    round once to T.  ``infer`` counts the elements only; ``run`` computes the values into the
+    output :data:`RANGE_CHUNK` at a time, so a 1.7 GB Range holds its output and one chunk,
+    not an int64 count array, a converted copy and the output (three times the output, held
+    again by the plan's ``prepared``).
     """
 
     supports_exact = True
@@ -121,9 +128,7 @@ class Range(OpKernel):
             if d == 0:
                 raise self.fail("delta is 0", "invalid_input")
             n = max(-((s - lim) // d), 0)  # ceil((lim - s) / d)
-            values = np.arange(n, dtype=np.int64).astype(dtype)  # i in T, wrapping
-            np.multiply(values, delta, out=values)
-            np.add(values, start, out=values)
+            work = dtype
         elif is_float(dtype):
             q = (float(limit) - float(start)) / float(delta) if float(delta) else math.nan
             if not math.isfinite(q):
@@ -131,14 +136,15 @@ class Range(OpKernel):
                 raise self.fail(message, "invalid_input")
             n = max(math.ceil(q), 0)
             work = self.stash if dtype.itemsize < 4 and is_float(self.stash) else dtype
-            values = np.arange(n, dtype=np.int64).astype(work)
-            np.multiply(values, delta.astype(work), out=values)
-            np.add(values, start.astype(work), out=values)
-            values = values.astype(dtype)
         else:
             raise self.fail(f"unsupported element type {dtype}")
-        ctx.set_output(0, dtype, values.shape)
-        ctx.prepared = values
+        ctx.set_output(0, dtype, (n,))
+        chunk = min(n, RANGE_CHUNK)
+        ctx.add_scratch(np.int64, (chunk if n > chunk else 0,))  # a later chunk's i
+        if work != dtype:
+            ctx.add_scratch(work, (chunk,))  # its values before rounding to T
+        first = np.arange(chunk, dtype=np.int64)
+        ctx.prepared = (start.astype(work), delta.astype(work), first)
 
     def _scalar(self, ctx: InferContext, i: int) -> np.ndarray:
         v = np.asarray(ctx.value(i))
@@ -149,10 +155,24 @@ class Range(OpKernel):
         return v.reshape(())
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        np.copyto(outputs[0], ctx.prepared)
-
-    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
-        return functools.partial(np.copyto, outputs[0], ctx.prepared)
+        start, delta, first = ctx.prepared
+        i_chunk = ctx.scratch[0]
+        work = ctx.scratch[1] if len(ctx.scratch) > 1 else None
+        out = outputs[0]
+        n = out.shape[0]
+        loop = (delta.dtype,) * 3
+        for lo in range(0, n, RANGE_CHUNK):  # in place: a steady-state run allocates nothing
+            m = min(RANGE_CHUNK, n - lo)
+            i = first[:m]
+            if lo:
+                i = np.add(i, lo, out=i_chunk[:m])
+            dst = out[lo : lo + m]
+            values = dst if work is None else work[:m]
+            # i cast to the compute type first (integers wrap), as astype would
+            np.multiply(i, delta, out=values, signature=loop, casting="unsafe")
+            np.add(values, start, out=values)
+            if work is not None:
+                np.copyto(dst, values, casting="unsafe")  # rounded once to T
 
 
 class Expand(OpKernel):

@@ -23,12 +23,13 @@ using OutArray = nb::ndarray<nb::device::cpu>;
 // The kernels of an ISA this CPU and OS can run (ValueError otherwise); module.cpp.
 const IsaKernels& kernels_for(const std::string& isa);
 
-// numpy allows float32 arrays at any byte address (np.frombuffer with an offset); the kernels
-// read whole floats, and a misaligned load is undefined behaviour (UBSan aborts on it).
-template <class A>
-inline void check_aligned(const A& x, const char* what) {
-    if (x.size() > 0 && reinterpret_cast<uintptr_t>(x.data()) % alignof(float) != 0)
-        throw nb::value_error((std::string(what) + " must be an aligned float32 array").c_str());
+// numpy allows arrays at any byte address (np.frombuffer with an offset); the kernels read
+// whole elements, and a misaligned load is undefined behaviour (UBSan aborts on it).
+template <class T = float, class A>
+inline void check_aligned(const A& x, const char* what, const char* type = "float32") {
+    if (x.size() > 0 && reinterpret_cast<uintptr_t>(x.data()) % alignof(T) != 0)
+        throw nb::value_error(
+            (std::string(what) + " must be an aligned " + type + " array").c_str());
 }
 
 template <class A>

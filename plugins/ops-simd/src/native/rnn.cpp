@@ -252,6 +252,8 @@ private:
         const bool i32 = lens.dtype() == nb::dtype<int32_t>();
         if (!i32 && lens.dtype() != nb::dtype<int64_t>())
             throw nb::type_error("sequence_lens must be an int32 or int64 array");
+        if (i32) check_aligned<int32_t>(lens, "sequence_lens", "int32");
+        else check_aligned<int64_t>(lens, "sequence_lens", "int64");
         if (lens.ndim() != 1 || static_cast<int64_t>(lens.shape(0)) != batch)
             throw nb::value_error(("sequence_lens must have shape (" + std::to_string(batch) +
                                    ",)")
