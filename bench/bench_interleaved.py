@@ -24,10 +24,19 @@ import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_check_shapes import alternate
-from bench_models import LIGHT_DIR, add_chain, bert_encoder, make_feed
+from bench_models import (
+    LIGHT_DIR,
+    add_chain,
+    bert_encoder,
+    flatten_mlp,
+    make_feed,
+    mlp,
+    mlp_tiny,
+    small_cnn,
+)
 
 #: Rounds for models whose run is a few microseconds (more rounds, same wall time).
-SHORT = {"add_chain_100": 20}
+SHORT = {"add_chain_100": 20, "mlp_tiny": 50, "exported_flatten_mlp": 50, "exported_small_cnn": 20}
 
 
 def models() -> dict[str, Callable[[], Any]]:
@@ -36,11 +45,20 @@ def models() -> dict[str, Callable[[], Any]]:
 
     return {
         "add_chain_100": add_chain,
+        "mlp_tiny": mlp_tiny,
+        "exported_flatten_mlp": flatten_mlp,
+        "exported_small_cnn": small_cnn,
+        "mlp": mlp,
         "light_resnet50": light("light_resnet50"),
         "light_inception_v1": light("light_inception_v1"),
         "light_squeezenet": light("light_squeezenet"),
         "bert_encoder_4x256": bert_encoder,
     }
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds, with a fourth decimal for the runs of a few microseconds."""
+    return f"{seconds * 1e3:.4f}" if seconds < 1e-4 else f"{seconds * 1e3:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             args.rounds * SHORT.get(name, 1),
         )
         print(
-            f"| {name} | {args.threads} | {t_auto * 1e3:.3f} | {t_plain * 1e3:.3f} | "
-            f"{t_ort * 1e3:.3f} | {t_auto / t_ort:.2f} | {t_plain / t_ort:.2f} | "
+            f"| {name} | {args.threads} | {_ms(t_auto)} | {_ms(t_plain)} | "
+            f"{_ms(t_ort)} | {t_auto / t_ort:.2f} | {t_plain / t_ort:.2f} | "
             f"{auto.kernel_path} |",
             flush=True,
         )

@@ -102,6 +102,24 @@ def mlp(batch: int = 16, widths: tuple[int, ...] = (256, 512, 512, 256), n_out: 
     return _model(nodes, [_vi("x", [batch, widths[0]])], [_vi("y", [batch, n_out])], inits)
 
 
+def mlp_tiny(batch: int = 1, widths: tuple[int, ...] = (64, 128, 64), n_out: int = 10) -> Any:
+    """Gemm + Relu layers at batch 1: a model whose run is almost all per-run fixed cost."""
+    rng = np.random.default_rng(5)
+    nodes, inits, prev = [], {}, "x"
+    dims = (*widths, n_out)
+    for i in range(len(dims) - 1):
+        inits[f"w{i}"] = _w(rng, dims[i + 1], dims[i])
+        inits[f"b{i}"] = _w(rng, dims[i + 1])
+        last = i == len(dims) - 2
+        nodes.append(
+            helper.make_node("Gemm", [prev, f"w{i}", f"b{i}"], ["y" if last else f"g{i}"], transB=1)
+        )
+        if not last:
+            nodes.append(helper.make_node("Relu", [f"g{i}"], [f"r{i}"]))
+            prev = f"r{i}"
+    return _model(nodes, [_vi("x", [batch, widths[0]])], [_vi("y", [batch, n_out])], inits)
+
+
 def _flatten_head(src: str, features: int, n_out: int, rng: Any, inits: dict) -> list:
     """What exporters emit for ``x.view(x.size(0), -1)`` followed by a Linear layer."""
     inits["axis0"] = np.array(0, np.int64)
@@ -289,6 +307,7 @@ ITERATIONS = {"loop_10000": LOOP_ITERATIONS}
 BUILT: dict[str, Callable[[], Any]] = {
     "add_chain_100": add_chain,
     "mlp": mlp,
+    "mlp_tiny": mlp_tiny,
     "exported_flatten_mlp": flatten_mlp,
     "exported_small_cnn": small_cnn,
     "exported_transformer_block": transformer_block,

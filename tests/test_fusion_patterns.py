@@ -27,6 +27,7 @@ def test_exact_mode_skips_the_passes_that_change_rounding():
         "fuse_gelu",
         "fuse_layernorm",
         "fuse_attention",
+        "fuse_attention_heads",
         "fuse_rms_norm",
     }
     assert [p.name for p in fusion_passes() if p.selected("basic", exact=False)] == [
@@ -353,10 +354,13 @@ def test_bert_encoder_fused_matches_onnxruntime(layernorm):
     assert ops.count("com.graphrt.Attention") == 2 and "Softmax" not in ops
     # per layer the passes remove the 6 bias Adds, the 5 GELU nodes (into a FusedMatMul), the
     # 5 nodes of the attention (the key's Transpose, two MatMuls, the scale's Mul and the
-    # Softmax) for an Attention and the key's new Transpose, and, for the primitives, 8 of the
-    # 9 nodes of both layer norms
+    # Softmax) for an Attention and the key's new Transpose, the 5 nodes of the head splits
+    # and merge (q, k, v's Transposes, the context's Transpose and Reshape: the Attention reads
+    # and writes [batch, seq, hidden]), and, for the primitives, 8 of the 9 nodes of both layer
+    # norms
+    assert "Transpose" not in ops
     unfused = graphrt.Session(model, optimization_level="none")
-    removed = 2 * (6 + 5 + 3 + (16 if layernorm == "primitives" else 0))
+    removed = 2 * (6 + 5 + 3 + 5 + (16 if layernorm == "primitives" else 0))
     assert len(unfused.graph.nodes) - len(sess.graph.nodes) == removed
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,19 @@ def on_every_isa(strategy, examples: int = 60):
         return pytest.mark.parametrize("isa", ALL_PATHS)(run)
 
     return wrap
+
+
+def counting_gemm_call(real: Any, record: Any) -> Any:
+    """A stand-in for ``_native.GemmCall`` whose calls report their constructor's arguments
+    to ``record`` before running the real product (for tests that count native products)."""
+
+    def make(*args: Any, **kw: Any) -> Any:
+        call = real(*args, **kw)
+
+        def counted() -> None:
+            record(args)
+            call()
+
+        return counted
+
+    return make

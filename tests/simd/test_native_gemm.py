@@ -165,3 +165,30 @@ def test_pack_b_reads_any_strides():
     out = np.empty((9, b.shape[1]), np.float32)
     simd.gemm(a, simd.pack_b(b, "scalar"), out)
     np.testing.assert_allclose(out, a @ np.ascontiguousarray(b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(("m", "threads"), [(1, 1), (3, 1), (200, 2)])
+def test_gemm_call_gives_gemm_bits_and_keeps_its_arrays(isa, m, threads):
+    """A GemmCall is gemm with its arguments checked once: the same bits on every call, its
+    arrays held (nothing the caller dropped is read), bad arguments refused when it is made."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(4)
+    k, n = 32, 70
+    a, bias = _rand(rng, m, k), _rand(rng, n)
+    packed = simd.pack_b(_rand(rng, k, n), isa)
+    want = np.empty((m, n), np.float32)
+    simd.gemm(a, packed, want, bias=bias, activation="relu", threads=threads)
+    out = np.empty((m, n), np.float32)
+    call = simd.GemmCall(
+        a.copy(), packed, out, bias.copy(), "col", 1.0, "relu", 0.0, 0.0, 0, -1, threads
+    )
+    del packed
+    for _ in range(3):
+        out[...] = np.nan
+        call()
+        np.testing.assert_array_equal(bits(out), bits(want))
+    with pytest.raises(ValueError, match="columns but b was packed"):
+        simd.GemmCall(_rand(rng, m, k + 1), simd.pack_b(_rand(rng, k, n), isa), out)
+    with pytest.raises(ValueError, match="bias must have"):
+        simd.GemmCall(a, simd.pack_b(_rand(rng, k, n), isa), out, bias=_rand(rng, n + 1))

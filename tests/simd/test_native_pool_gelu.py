@@ -12,7 +12,15 @@ from onnx import helper
 
 import graphrt
 from tests._models import init, make_model, tensor
-from tests.simd._simd import ALL_PATHS, ISAS, bits, on_every_isa, path_or_skip, simd
+from tests.simd._simd import (
+    ALL_PATHS,
+    ISAS,
+    bits,
+    counting_gemm_call,
+    on_every_isa,
+    path_or_skip,
+    simd,
+)
 
 F32 = np.float32
 
@@ -181,9 +189,9 @@ def test_fused_products_keep_bits_on_native_paths(path, fused_with, act, rows, m
     import graphrt_ops_simd.kernels as kernels
 
     calls = []
-    real = kernels._native.gemm
+    real = kernels._native.GemmCall
     monkeypatch.setattr(
-        kernels._native, "gemm", lambda *a, **k: (calls.append(a[6]), real(*a, **k))
+        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(args[6]))
     )
     model, feed = _fused_model(fused_with, act, rows)
     plain = graphrt.Session(model, kernel_path=path, optimization_level="none")

@@ -88,15 +88,26 @@ def compile_model(
                 f"{node_name!r}); graphrt refuses deeper nesting",
                 node=node_name,
             )
-        outer = tuple(graph_outer_reads(graph_proto))
+        reads = graph_outer_reads(graph_proto)
+        # Enclosing initializers the body reads are constants of the body too (rounded as the
+        # session stores weights): its plans fold what they feed and prepare kernels for them
+        # (a MatMul's packed weight), instead of taking them as inputs at every iteration.
+        baked = {n: constants[n] for n in reads if n in constants}
+        outer = tuple(n for n in reads if n not in baked)
         body_ir = import_graph(
             graph_proto,
             ir.opsets,
             ir.functions,
             ir.base_dir,
             cancellation=cancellation,
-            outer=outer,
+            outer=tuple(reads),
         )
+        if baked:
+            body_ir = dataclasses.replace(
+                body_ir,
+                inputs=[d for d in body_ir.inputs if d.name not in baked],
+                initializers={**baked, **body_ir.initializers},
+            )
         body = compile_model(
             body_ir,
             table,
@@ -112,10 +123,10 @@ def compile_model(
         return session
 
     ir = inline_functions(ir, cancellation)  # model-local functions before plugin operators
+    constants = _weights(ir.initializers, weight_storage)  # before the bodies: they read them
     nodes = _resolve(ir, table, cancellation, compile_body)
     if exact:
         _check_exact(nodes, table, ir.opsets)
-    constants = _weights(ir.initializers, weight_storage)
 
     def lookup(domain: str, op_type: str) -> OpDef | None:
         return table.lookup(domain, op_type, ir.opsets.get(domain, 1))

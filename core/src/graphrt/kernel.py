@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from graphrt.errors import SessionError
+from graphrt.limits import check_holdable
 
 __all__ = [
     "InferContext",
@@ -89,6 +90,10 @@ class OpKernel:
     view_of_input: ClassVar[bool] = False
     #: Output shapes depend on input values: ``infer`` is not called, ``run`` allocates.
     outputs_data_dependent: ClassVar[bool] = False
+    #: With ``outputs_data_dependent``: the planner calls ``infer`` all the same, which may state
+    #: the outputs for input types where they are known (an If whose branches agree: the step
+    #: is then static and ``run`` gets placed outputs) or raise NeedsRunTimeValues (dynamic).
+    infers_when_static: ClassVar[bool] = False
 
     def __init__(self, node: NodeInfo) -> None:
         self.node = node
@@ -309,6 +314,7 @@ class KernelContext:
         against the run's memory budget before it is allocated."""
         dtype = np.dtype(dtype)
         shape = tuple(shape)
+        check_holdable(dtype, shape, f"output {i}", "invalid_input", self.node)
         if self.arena is not None:
             arr = self.arena.allocate(dtype, shape, self.node)
         else:

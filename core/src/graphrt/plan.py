@@ -24,7 +24,7 @@ from graphrt.compiled import CNode, CompiledGraph
 from graphrt.errors import SessionError
 from graphrt.ir import check_cancelled
 from graphrt.kernel import InferContext, NeedsRunTimeValues, evaluate_node
-from graphrt.limits import DEFAULT_MAX_MEMORY, RunLimits, exhausted
+from graphrt.limits import DEFAULT_MAX_MEMORY, RunLimits, check_holdable, exhausted
 from graphrt.memory import MemoryPlan, MemStep, plan_memory
 
 __all__ = [
@@ -121,6 +121,11 @@ class ExecutionPlan:
         if len(self._idle) < MAX_IDLE_STATES:
             self._idle.append(state)
 
+    def drop_idle(self) -> None:
+        """Let the idle run states (and their slabs) go: a body whose shapes change every
+        iteration would otherwise keep one slab per recent shape, outside any budget."""
+        self._idle = []
+
 
 def signature(feeds: list[np.ndarray]) -> tuple:
     return tuple((x.dtype.str, x.shape) for x in feeds)
@@ -201,7 +206,7 @@ def build_plan(
                         )
                 folded += 1
                 continue
-        if kernel.outputs_data_dependent:
+        if kernel.outputs_data_dependent and not kernel.infers_when_static:
             steps.append(Step(node, DYNAMIC))
             dynamic.update(o for o in node.outputs if o >= 0)
             continue
@@ -237,6 +242,7 @@ def build_plan(
                     types[o] = ValueType(c.dtype, c.shape)
             folded += 1
             continue
+        check_holdable_types(graph, node, out_types, ctx.scratch, "invalid_model")
         for o, t in zip(node.outputs, out_types):
             if o >= 0:
                 types[o] = ValueType(*t)
@@ -289,6 +295,20 @@ def _check_output_types(graph: CompiledGraph, types: dict[int, ValueType]) -> No
             f"graph output {d.name!r} is declared {dtypes.name_of(d.dtype)} but the model "
             f"produces {dtypes.name_of(t.dtype)}",
         )
+
+
+def check_holdable_types(
+    graph: CompiledGraph, node: CNode, out_types: list, scratch: list, kind: str
+) -> None:
+    """Refuse an output or scratch numpy cannot make (``(0, 2**63 - 1)``: no elements, so no
+    budget refuses it) where it is stated, for every operator, instead of a raw ValueError when
+    the run state views its slab.  ``kind``: invalid_model at planning (the shapes come from the
+    model's attributes and constants), invalid_input for a dynamic step's run-time values."""
+    for o, t in zip(node.outputs, out_types):
+        if o >= 0 and t is not None:
+            check_holdable(t[0], t[1], f"value {graph.names[o]!r}", kind, node.info)
+    for k, (dt, shape) in enumerate(scratch):
+        check_holdable(dt, shape, f"its scratch array {k}", kind, node.info)
 
 
 def _fold_limit(args: list[Any]) -> int:

@@ -5,6 +5,11 @@ model at creation), in the session's mode, kernel path and operator table, witho
 passes.  Running it makes or reuses an :class:`~graphrt.plan.ExecutionPlan` for the actual input
 types and shapes and takes a run state from that plan's pool, so a Loop of many iterations with
 steady shapes builds one plan and reuses one run state.
+
+A caller running a body many times on a static plan (a Loop's iterations, a Scan's steps, an If
+branch bound into its step) keeps one run state with :class:`SteadyRun`: it writes what changes
+into the state's input arrays and runs the bound program, with no plan lookup, no copies of the
+outputs and no allocation per run.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import numpy as np
 
 from graphrt.compiled import CompiledGraph
 from graphrt.ir import check_cancelled
-from graphrt.plan import ExecutionPlan, build_plan
+from graphrt.limits import ARRAY_OVERHEAD, value_nbytes
+from graphrt.plan import ExecutionPlan, ValueType, build_plan
 
-__all__ = ["BodySession", "copy_value", "value_type"]
+__all__ = ["BodySession", "SteadyRun", "carry_pairs", "copy_value", "value_type"]
 
 MAX_BODY_PLANS = 16
 _OBJECT = (np.dtype(object), ())
@@ -45,6 +51,13 @@ def copy_value(x: Any) -> Any:
     return x
 
 
+def _nbytes(values: Sequence[Any]) -> int:
+    n = 0
+    for v in values:
+        n += v.nbytes + ARRAY_OVERHEAD if type(v) is np.ndarray else value_nbytes(v)
+    return n
+
+
 class BodySession:
     """A compiled body: ``run(inputs + outer values) -> outputs``, thread-safe like a Session."""
 
@@ -60,23 +73,42 @@ class BodySession:
         #: Plans built for this body; steady shapes mean it stays at 1 however many runs.
         self.plans_built = 0
         self._runs = itertools.count()
-        self.runs = 0
+        self._single = 0  # runs through run() and bound calls
+        self._bulk = 0  # runs counted by SteadyRun.close
 
     @property
     def exact(self) -> bool:
         return self.graph.exact
+
+    @property
+    def runs(self) -> int:
+        """Times the body ran (each iteration of a loop counts)."""
+        return self._single + self._bulk
 
     def plan_for(
         self, values: Sequence[Any], check_shapes: bool = False, cancellation: Any = None
     ) -> ExecutionPlan:
         # The key is built on every iteration of a loop: dtype objects and shapes, nothing more.
         key = tuple((v.dtype, v.shape) if isinstance(v, np.ndarray) else _OBJECT for v in values)
+        plan = self._plans.get(key + (_CHECKED,) if check_shapes else key)
+        if plan is not None:
+            return plan
+        return self.plan_for_types(list(key), check_shapes, cancellation)
+
+    def plan_for_types(
+        self,
+        types: Sequence[tuple[np.dtype, tuple[int, ...]]],
+        check_shapes: bool = False,
+        cancellation: Any = None,
+    ) -> ExecutionPlan:
+        """The plan for inputs (then outer values) of these element types and shapes: made
+        once per signature and cached (:attr:`plans_built` counts the ones made)."""
+        key = tuple((np.dtype(d), tuple(s)) for d, s in types)
         if check_shapes:
             key += (_CHECKED,)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        types = [value_type(v) for v in values]
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
@@ -88,6 +120,8 @@ class BodySession:
                     cancellation=cancellation,
                 )
                 plans = dict(self._plans)
+                for other in plans.values():  # a new shape: the slabs kept for old ones go
+                    other.drop_idle()
                 while len(plans) >= MAX_BODY_PLANS:
                     del plans[next(iter(plans))]
                 plans[key] = plan
@@ -108,18 +142,78 @@ class BodySession:
         token = None if limits is None else limits.token
         if token is not None:
             check_cancelled(token)
-        self.runs = next(self._runs) + 1
+        self._single = next(self._runs) + 1
         values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
         pool = getattr(ctx, "pool", None)
         bindings = getattr(ctx, "shape_bindings", None)
         plan = self.plan_for(values, check_shapes=bindings is not None, cancellation=token)
+        node = getattr(ctx, "node", None)
+        if limits is not None:  # before a new run state allocates the slab, not after
+            limits.admit(plan.slab_size, node, "the body's plan")
         state = plan.acquire(pool)
         try:
             state.limits.enter(limits, self.graph.max_memory, ctx)
             results = state.run(list(values), bindings)
+            if limits is not None:  # the copies handed out, beside the body's slab and arena
+                state.limits.charge(_nbytes(results), node, "the body's outputs")
             return [copy_value(r) for r in results]
         finally:
             plan.release(state)
+
+    def steady(self, values: Sequence[Any], ctx: Any = None) -> SteadyRun | None:
+        """A kept run state for running this body again and again from ``values`` (inputs then
+        outer values, written into it here), or None when their plan is not static (dynamic
+        steps, shape checks): then each run goes through :meth:`run`.  The caller ends it with
+        :meth:`SteadyRun.close`."""
+        bindings = getattr(ctx, "shape_bindings", None)
+        limits = getattr(ctx, "limits", None)
+        check_cancelled(None if limits is None else limits.token)
+        if bindings is not None:
+            return None
+        values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
+        plan = self.plan_for(values, cancellation=None if limits is None else limits.token)
+        if not plan.static or plan.shape_checks is not None:
+            return None
+        if limits is not None:  # before a new run state allocates the slab, not after
+            limits.admit(plan.slab_size, getattr(ctx, "node", None), "the body's plan")
+        run = SteadyRun(self, plan, plan.acquire(getattr(ctx, "pool", None)), ctx)
+        for dst, src in zip(run.inputs, values):
+            dst[...] = src
+        return run
+
+    def bound(self, values: Sequence[Any], ctx: Any) -> Any:
+        """For a kernel's ``bind``: a call running this body on ``values`` and returning its
+        outputs (arrays of a run state kept for the caller's run state: valid until the next
+        call), or None when their plan is not static.  ``values`` must be the caller's fixed
+        arrays (slab views, constants): they are read again at every call."""
+        if getattr(ctx, "shape_bindings", None) is not None:
+            return None
+        plan = self.plan_for(values)
+        if not plan.static or plan.shape_checks is not None:
+            return None
+        run = SteadyRun(self, plan, plan.acquire(getattr(ctx, "pool", None)), ctx)
+        pairs = [(dst, src) for dst, src in zip(run.inputs, values) if dst is not src]
+        runs = self._runs
+        enter, program, outputs = run.enter, run.run, run.outputs
+
+        def call() -> list[Any]:
+            enter()
+            for dst, src in pairs:
+                dst[...] = src
+            program()
+            self._single = next(runs) + 1
+            return outputs
+
+        return call
+
+    def count_runs(self, n: int) -> None:
+        with self._lock:
+            self._bulk += n
+
+    @property
+    def cached_plans(self) -> list[ExecutionPlan]:
+        """The plans made for this body so far (one per input signature it met)."""
+        return list(self._plans.values())
 
     def states_created(self) -> int:
         """Run states made by this body's cached plans (pooled states are reused, not made)."""
@@ -143,3 +237,113 @@ class BodySession:
         """Pick this body's outer values from those its node received (in the node's order)."""
         by_name = dict(zip(node_outer, given))
         return [by_name[name] for name in self.outer_names]
+
+
+class SteadyRun:
+    """One run state of a static body plan, kept while its caller runs the body again and again.
+
+    The caller writes what changes into :attr:`inputs` (the state's staging arrays: assign in
+    place), calls :meth:`run` and reads :attr:`outputs` (the state's own arrays, valid until the
+    next run: copy what must outlive it).  Nothing is planned, looked up, copied out or
+    allocated per run; the caller's cancellation token is checked at every run and the memory
+    budget when the state is taken and at :meth:`enter` (call it again after the caller's
+    holdings grew).  :meth:`close` gives the state back and counts the runs.
+    """
+
+    def __init__(self, body: BodySession, plan: ExecutionPlan, state: Any, ctx: Any) -> None:
+        self.body = body
+        self.plan = plan
+        self.state = state
+        self.ctx = ctx
+        self.caller = getattr(ctx, "limits", None)
+        graph = plan.graph
+        #: The staging arrays of the body's inputs (then outer values), in order.
+        self.inputs: list[np.ndarray] = list(state.inputs)
+        #: The body's outputs: arrays of the run state (or constants), fixed for its life.
+        self.outputs: list[Any] = [state.values[v] for v in graph.output_ids]
+        #: Element types and shapes of inputs and outputs (None: not a tensor).
+        self.input_types: list[ValueType | None] = [plan.types.get(v) for v in graph.input_ids]
+        self.output_types: list[ValueType | None] = [plan.types.get(v) for v in graph.output_ids]
+        #: Per input: whether its staging array still holds what was written into it after a
+        #: run (no later value of the plan takes its slab block): such an input that does not
+        #: change (an outer value) is written once, the others before every run.
+        self.lasting: list[bool] = _lasting(plan)
+        #: The bound steps, called in order by :meth:`run`.
+        self.program: list[Any] = state.program
+        #: The caller's cancellation token (set by :meth:`enter`).
+        self.token: Any = None
+        state.arena.reset()  # nothing dynamic is held by a static plan's run
+        self.enter()
+
+    def enter(self) -> None:
+        """Start from what the caller holds now (the body's slab must fit beside it)."""
+        limits = self.state.limits
+        limits.enter(self.caller, self.body.graph.max_memory, self.ctx)
+        self.token = limits.token
+
+    def run(self) -> None:
+        """Run the program once on what the inputs hold now.
+
+        A caller's hot loop may inline this: check :attr:`token`, call every function of
+        :attr:`program`, and raise :meth:`failure` of an exception one of them raised.
+        """
+        if self.token is not None:
+            check_cancelled(self.token)
+        try:
+            for f in self.program:
+                f()
+        except Exception as exc:
+            raise self.failure(exc, f) from exc
+
+    def failure(self, exc: BaseException, f: Any) -> BaseException:
+        """What an exception raised by ``f``, a function of :attr:`program`, becomes."""
+        from graphrt.runstate import kernel_failure
+
+        index = next((i for i, g in enumerate(self.program) if g is f), 0)
+        return kernel_failure(self.plan.steps[self.state.step_index[index]].node, exc)
+
+    def passes_through(self, output: int, input: int) -> bool:
+        """Whether output ``output`` is input ``input`` unchanged (itself or a view of it)."""
+        graph = self.plan.graph
+        out, src = graph.output_ids[output], graph.input_ids[input]
+        return out == src or self.plan.memory.root.get(out) == src
+
+    def close(self, runs: int = 0) -> None:
+        """Give the run state back; ``runs``: how many times the body ran (its counter)."""
+        if self.state is None:
+            return
+        self.body.count_runs(runs)
+        self.plan.release(self.state)
+        self.state = None
+
+
+def _lasting(plan: ExecutionPlan) -> list[bool]:
+    mem = plan.memory
+    blocks = [(mem.offsets[v], mem.offsets[v] + n, v) for v, n in mem.sizes.items() if n]
+    lasting = []
+    for vid in plan.graph.input_ids:
+        start = mem.offsets.get(vid)
+        if start is None:
+            lasting.append(vid in plan.constants)
+            continue
+        end = start + mem.sizes.get(vid, 0)
+        lasting.append(not any(lo < end and start < hi and v != vid for lo, hi, v in blocks))
+    return lasting
+
+
+def carry_pairs(dsts: Sequence[np.ndarray], srcs: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """(destination, source) copies that hand outputs over to the next run's inputs, in an
+    order that is safe: when a source shares memory with another destination (a slab block an
+    input left and an output took), every source goes through its own buffer first."""
+    pairs = [(d, s) for d, s in zip(dsts, srcs) if d is not s]
+    clash = any(
+        j != k and np.may_share_memory(d, s)
+        for j, (d, _) in enumerate(pairs)
+        for k, (_, s) in enumerate(pairs)
+    )
+    if not clash:
+        return pairs
+    buffers = [np.empty_like(s) for _, s in pairs]
+    return [(b, s) for b, (_, s) in zip(buffers, pairs)] + [
+        (d, b) for b, (d, _) in zip(buffers, pairs)
+    ]

@@ -220,7 +220,11 @@ class _FusedProduct:
     ) -> list[Callable[[], Any]]:
         e: Epilogue = ctx.prepared.epilogue
         bias = inputs[2] if e.bias else None
-        product = functools.partial(super().run, ctx, inputs, outputs)  # type: ignore[misc]
+        bound = getattr(super(), "product_call", None)  # Gemm's: its calls bound once
+        if bound is not None:
+            product = bound(ctx, inputs, outputs)
+        else:
+            product = functools.partial(super().run, ctx, inputs, outputs)  # type: ignore[misc]
         return [product, *epilogue_calls(ctx, e, outputs[0], bias)]
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:

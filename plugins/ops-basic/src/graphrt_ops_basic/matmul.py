@@ -11,7 +11,8 @@ Exact mode uses :func:`exact_matmul`: the canonical order of docs/exact-mode.md.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,41 @@ class Gemm(OpKernel):
             np.add(y, c, out=y)
         if p.nan_mask is not None:
             rewrite_nan(y, ctx.scratch[p.nan_mask])
+
+    def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
+        return self.product_call(ctx, inputs, outputs)
+
+    def product_call(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], Any]:
+        """:meth:`run`'s numpy calls bound once per run state (the same calls: the same bits)
+        for a one-block fast-mode product, without ``run``'s attribute reads and branches per
+        call; anything else is ``run`` itself.  Fused kernels bind their product through it."""
+        p: _Prepared = ctx.prepared
+        whole = functools.partial(Gemm.run, self, ctx, inputs, outputs)
+        if ctx.exact or p.blocks != 1 or p.alpha is not None or p.nan_mask is not None:
+            return whole
+        a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
+        if p.b_const is not None:
+            b = p.b_const
+        else:
+            b = inputs[1].T if self.node.attr("transB", 0) else inputs[1]
+        y = outputs[0]
+        if len(inputs) <= 2 or inputs[2] is None:
+            return functools.partial(np.matmul, a, b, y)
+        c = p.c_scaled
+        if c is None:
+            if y.dtype.type(self.node.attr("beta", 1.0)) != 1:
+                return whole  # beta * C computed per run, as run does
+            c = inputs[2]
+        if c.dtype != y.dtype:
+            return whole
+        return functools.partial(_matmul_add, a, b, y, c)
+
+
+def _matmul_add(a: np.ndarray, b: np.ndarray, y: np.ndarray, c: np.ndarray) -> None:
+    np.matmul(a, b, y)
+    np.add(y, c, y)
 
 
 def _prepare(

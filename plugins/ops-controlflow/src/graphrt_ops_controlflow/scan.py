@@ -7,14 +7,17 @@ shorter sequences leave zeros in the scan outputs past their length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from graphrt.ir import check_cancelled
 from graphrt.kernel import KernelContext, NodeInfo
+from graphrt.subgraph import carry_pairs, copy_value
 
-from ._body import BodyKernel, Held, kept_nbytes
+from ._body import BodyKernel, Held, Stacked, kept_nbytes
 
 
 class Scan(BodyKernel):
@@ -45,21 +48,14 @@ class Scan(BodyKernel):
         scans = list(inputs[self.n_state : self.declared])
         axes = [a + x.ndim if a < 0 else a for a, x in zip(self.in_axes, scans)]
         held = Held(ctx)
-        states, steps = self._scan(ctx, held, states, scans, axes, outer, None)
-        held.set(2 * held.nbytes)  # the placed copies, while the slices exist
-        placed = []
-        for k, values in enumerate(steps):
-            if self.out_dirs[k]:
-                values = values[::-1]
-            rank = values[0].ndim + 1 if values else 1
-            axis = self.out_axes[k] + rank if self.out_axes[k] < 0 else self.out_axes[k]
-            placed.append(np.stack(values, axis=axis) if values else np.zeros((0,), np.float32))
+        states, placed = self._scan(ctx, held, states, scans, axes, outer, None, self.out_axes)
+        placed = [np.zeros((0,), np.float32) if p is None else p for p in placed]
         held.hand_over(states + placed)
         self.emit(ctx, states + placed)
 
-    def _scan(self, ctx, held, states, scans, axes, outer, length):
-        """Run the body over the scan inputs; what it keeps is counted in ``held`` on top of
-        what ``held`` counted before."""
+    def _scan(self, ctx, held, states, scans, axes, outer, length, out_axes):
+        """Run the body over the scan inputs: (final states, scan outputs placed on their axes,
+        None for one without a slice).  What it keeps is counted in ``held``."""
         lengths = {x.shape[a] for x, a in zip(scans, axes)}
         if len(lengths) > 1:
             raise self.fail(
@@ -67,20 +63,81 @@ class Scan(BodyKernel):
             )
         n = lengths.pop() if lengths else 0
         n = n if length is None else min(n, length)
-        steps: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
-        start, scanned = held.nbytes, 0
-        for t in range(n):
-            slices = [
-                np.take(x, n - 1 - t if d else t, axis=a)
-                for x, a, d in zip(scans, axes, self.in_dirs)
-            ]
+        # the scan axis first: step t of input k is moved[k][t], a view (no copy per step)
+        moved = [np.moveaxis(x, a, 0) for x, a in zip(scans, axes)]
+        stacks = [Stacked(held, n, a, bool(d), True) for a, d in zip(out_axes, self.out_dirs)]
+        kept, t = 0, 0
+        while t < n:
+            if t < 2:  # the first step, and the next once the states have the body's types
+                done = self._steady(ctx, stacks, t, n, states, moved, outer)
+                if done is not None:
+                    states, t = done, n
+                    break
+            slices = [m[n - 1 - t if d else t] for m, d in zip(moved, self.in_dirs)]
             outs = self.scan_body.run([*states, *slices, *outer], ctx)  # checks cancellation
             states = outs[: self.n_state]
-            for k, v in enumerate(outs[self.n_state :]):
-                steps[k].append(v)
-            scanned += kept_nbytes(outs[self.n_state :])
-            held.set(start + kept_nbytes(states) + scanned)
-        return states, steps
+            for stack, v in zip(stacks, outs[self.n_state :]):
+                stack.add(v)
+            now = kept_nbytes(states)
+            if now != kept:
+                held.add(now - kept)
+                kept = now
+            t += 1
+        return states, [s.result(lambda: None) for s in stacks]
+
+    def _steady(self, ctx, stacks, t, n, states, moved, outer):
+        """Steps t.. on one kept run state when the body's plan is static and gives the states
+        back with their types: the final states, or None, having run nothing."""
+        ns, dirs = self.n_state, self.in_dirs
+        first = [m[n - 1 - t if d else t] for m, d in zip(moved, dirs)]
+        values = [*states, *first, *outer]
+        run = self.scan_body.steady(values, ctx)
+        if run is None:
+            return None
+        ran = 0
+        try:
+            types = run.output_types
+            ok = all(types[k] == run.input_types[k] for k in range(ns))
+            for stack, vt in zip(stacks, types[ns:]):
+                ok = ok and vt is not None and stack.reserve(vt.dtype, vt.shape, True)
+                ok = ok and stack.cap == n and stack.n == t  # (made at its final size)
+            if not ok:
+                return None
+            run.enter()  # the scan outputs count beside the body's slab
+            ins, outs = run.inputs, run.outputs
+            feeds = [(ins[ns + k], m, d) for k, (m, d) in enumerate(zip(moved, dirs))]
+            # outer values whose memory the body's plan reuses (the others were written once)
+            first_outer = ns + len(moved)
+            restage = [
+                (ins[k], values[k]) for k in range(first_outer, len(values)) if not run.lasting[k]
+            ]
+            hand_over = carry_pairs(ins[:ns], outs[:ns])
+            # every step so far wrote one slice of each output: step k goes to slice k
+            writes = [(s.view, s.reverse, v) for s, v in zip(stacks, outs[ns:])]
+            program, token, last = run.program, run.token, n - 1
+            for step in range(t, n):
+                if step != t:
+                    for dst, m, d in feeds:
+                        dst[...] = m[last - step if d else step]
+                    for dst, src in restage:
+                        dst[...] = src
+                if token is not None:
+                    check_cancelled(token)
+                try:  # run.run(), inlined
+                    for f in program:
+                        f()
+                except Exception as exc:
+                    raise run.failure(exc, f) from exc
+                for view, reverse, value in writes:
+                    view[last - step if reverse else step] = value
+                for dst, src in hand_over:
+                    dst[...] = src
+                ran += 1
+            for stack in stacks:
+                stack.n = n
+            return [copy_value(x) for x in ins[:ns]]
+        finally:
+            run.close(ran)
 
     def _batched(self, ctx, inputs, outer) -> list[Any]:
         """Opset 8: the same scan for each batch entry, axis 0 of everything."""
@@ -90,11 +147,10 @@ class Scan(BodyKernel):
         batch = (states or scans)[0].shape[0]
         final: list[list[Any]] = [[] for _ in range(self.n_state)]
         per_batch: list[list[Any]] = [[] for _ in range(self.n_scan_out)]
-        held = Held(ctx)  # every batch entry's results, and their stacked copies, until the end
+        held = Held(ctx)  # every batch entry's results until the end
         for b in range(batch):
             length = int(lens[b]) if lens is not None else None
-            before = held.nbytes
-            st, steps = self._scan(
+            st, placed = self._scan(
                 ctx,
                 held,
                 [s[b] for s in states],
@@ -102,22 +158,20 @@ class Scan(BodyKernel):
                 [0] * len(scans),
                 outer,
                 length,
+                [0] * self.n_scan_out,
             )
-            kept = held.nbytes
-            held.set(2 * kept - before)  # this entry's stacked copies, while its slices exist
+            held.add(kept_nbytes(st))
             for k, v in enumerate(st):
                 final[k].append(v)
-            for k, values in enumerate(steps):
-                if self.out_dirs[k]:
-                    values = values[::-1]
-                per_batch[k].append(np.stack(values) if values else None)
-            held.set(kept)  # the slices are gone, their copies are kept
-        held.set(2 * held.nbytes)  # the outputs, while every entry's copies exist
+            for k, v in enumerate(placed):
+                per_batch[k].append(v)
         outs = [np.stack(v) for v in final]
         for values in per_batch:
             full = max((v.shape[0] for v in values if v is not None), default=0)
             like = next((v for v in values if v is not None), np.zeros((0,), np.float32))
-            stacked = np.zeros((batch, full, *like.shape[1:]), like.dtype)
+            shape = (batch, full, *like.shape[1:])
+            held.add(math.prod(shape) * like.dtype.itemsize)  # the output, while its parts exist
+            stacked = np.zeros(shape, like.dtype)
             for b, v in enumerate(values):
                 if v is not None:
                     stacked[b, : v.shape[0]] = v

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ._native import (
     ConvPlan,
+    GemmCall,
     PackedB,
     available_isas,
     canonicalize_nan,
@@ -19,6 +20,7 @@ from ._native import (
 )
 
 __all__ = [
+    "GemmCall",
     "ConvPlan",
     "PackedB",
     "available_isas",

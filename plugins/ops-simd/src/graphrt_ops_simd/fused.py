@@ -1,4 +1,5 @@
-"""FusedMatMul and FusedGemm ending in Gelu (erf form) on a native path.
+"""FusedMatMul and FusedGemm on a native path: the native GEMM with Relu in its epilogue, or
+the table's kernel ending in the native Gelu (erf form).
 
 ops-basic's fused kernels apply its numpy Gelu after the product; on a native path the Gelu
 operator runs the native kernel (:class:`.elementwise.Gelu`), so the fused node would no longer
@@ -22,7 +23,7 @@ from graphrt_ops_basic._geometry import call_all
 from graphrt_ops_basic.fused import Activation
 
 from .elementwise import FAST_NATIVE, native_gelu_call
-from .kernels import MatMul, NativeKernel, Plan
+from .kernels import Gemm, MatMul, NativeKernel, Plan
 
 F32 = np.dtype(np.float32)
 
@@ -57,20 +58,6 @@ def bind_gelu_tail(
     inner.prepared = ctx.prepared.inner
     product = kernel.base.bind(inner, inputs, outputs)
     return functools.partial(call_all, [product, native_gelu_call(outputs[0], kernel.isa, ctx)])
-
-
-class FusedProduct(NativeKernel):
-    """FusedMatMul and FusedGemm: the table's kernel, with the native Gelu at the end."""
-
-    plan_type = GeluTail
-
-    def infer(self, ctx: InferContext) -> None:
-        infer_with_native_gelu(self, ctx)
-
-    def bind_native(
-        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
-    ) -> Callable[[], None]:
-        return bind_gelu_tail(self, ctx, inputs, outputs)
 
 
 class GeluTailFallback:
@@ -123,3 +110,26 @@ class FusedMatMul(GeluTailFallback, MatMul):
         self, ctx: KernelContext, p: Plan, inputs: Sequence[Any], y: np.ndarray
     ) -> list[Callable[[], Any]]:
         return [native_gelu_call(y, self.isa, ctx)] if p.gelu else []
+
+
+class FusedGemm(GeluTailFallback, Gemm):
+    """FusedGemm on the native GEMM where Gemm would take it, with C as the epilogue's bias
+    vector and Relu after it (the same single add and the same maximum, NaN kept, as the
+    unfused Gemm and Relu on this path); a C the epilogue cannot hold, other activations and
+    exact mode are the table's kernel, with the native Gelu tail where there is a Gelu.  A
+    batch-1 MLP's layers are then one native call each instead of three numpy calls."""
+
+    def infer(self, ctx: InferContext) -> None:
+        act = self.base.act
+        if ctx.exact or act.kind not in ("", "Relu"):
+            return self.fallback(ctx)
+        super().infer(ctx)
+        plan = ctx.prepared
+        if not isinstance(plan, Plan):
+            return None  # the table's kernel (Gemm.infer fell back)
+        if ctx.has_input(2) and not plan.c_in_epilogue:
+            return self.fallback(ctx)  # C added after the product would follow the Relu
+        ctx.prepared = dataclasses.replace(
+            plan, activation="relu" if act.kind == "Relu" else "none"
+        )
+        return None

@@ -30,7 +30,7 @@ attention, conv, copies, fused, pool, recurrent, suppression = kernel_modules(
 Attention = attention.Attention
 Conv, FusedConv = conv.Conv, conv.FusedConv
 Concat = copies.Concat
-FusedMatMul, FusedProduct = fused.FusedMatMul, fused.FusedProduct
+FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
 MaxPool = pool.MaxPool
 Recurrent = recurrent.Recurrent
 NonMaxSuppression = suppression.NonMaxSuppression
@@ -64,7 +64,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "Conv"): _factory(Conv, isa),
                 ("com.graphrt", "FusedConv"): _factory(FusedConv, isa),
                 ("com.graphrt", "FusedMatMul"): _factory(FusedMatMul, isa),
-                ("com.graphrt", "FusedGemm"): _factory(FusedProduct, isa),
+                ("com.graphrt", "FusedGemm"): _factory(FusedGemm, isa),
                 ("", "Gelu"): _factory(Gelu, isa),
                 ("", "MaxPool"): _factory(MaxPool, isa),
                 ("", "Concat"): _factory(Concat, isa),

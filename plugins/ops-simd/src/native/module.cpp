@@ -191,9 +191,22 @@ constexpr int64_t GEMM_ROW_BLOCK = 64;
 constexpr int64_t GEMM_ITEMS_PER_THREAD = 4;
 constexpr int64_t GEMM_MIN_PANELS = 4;
 
-void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArray> bias,
-          const std::string& bias_axis, float alpha, const std::string& activation,
-          float clip_min, float clip_max, int64_t row_begin, int64_t row_end, int threads) {
+// One fast product's arguments, checked: what a call needs once its arrays are known.
+struct GemmArgs {
+    const PackedB* b;
+    const FastKernels* fast;
+    Strided sa;
+    float* c;
+    std::ptrdiff_t ldc;
+    Epilogue ep;
+    int64_t k, n, row_begin, row_end;
+    int threads;
+};
+
+GemmArgs gemm_args(const InArray& a, const PackedB& b, OutArray out,
+                   std::optional<InArray> bias, const std::string& bias_axis, float alpha,
+                   const std::string& activation, float clip_min, float clip_max,
+                   int64_t row_begin, int64_t row_end, int threads) {
     check_matrix(a, "a");
     const int64_t m = static_cast<int64_t>(a.shape(0)), k = static_cast<int64_t>(a.shape(1));
     if (k != b.k())
@@ -233,12 +246,22 @@ void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArra
         check_no_overlap(out, *bias, "bias");
         ep.bias = static_cast<const float*>(bias->data());
     }
-    const Strided sa = strided(a);
-    float* c = static_cast<float*>(out.data());
-    const std::ptrdiff_t ldc = static_cast<std::ptrdiff_t>(out.stride(0));
-    nb::gil_scoped_release nogil;
     // the fast product of B's ISA with A read in place (gemm_rows.inc, attention.cpp)
-    const FastKernels& fast = fast_kernels_of(b.isa());
+    return GemmArgs{&b, &fast_kernels_of(b.isa()), strided(a), static_cast<float*>(out.data()),
+                    static_cast<std::ptrdiff_t>(out.stride(0)), ep, k, n, row_begin, row_end,
+                    threads};
+}
+
+// Runs without the GIL: only the arrays' memory, kept alive by the caller, is touched.
+void gemm_run(const GemmArgs& g) {
+    const FastKernels& fast = *g.fast;
+    const PackedB& b = *g.b;
+    const Strided sa = g.sa;
+    float* c = g.c;
+    const std::ptrdiff_t ldc = g.ldc;
+    const Epilogue& ep = g.ep;
+    const int64_t k = g.k, n = g.n, row_begin = g.row_begin, row_end = g.row_end;
+    const int threads = g.threads;
     const int64_t blocks = (row_end - row_begin + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK;
     if (threads <= 1 || blocks <= 0 || n <= 0) {
         fast.gemm_rows(row_begin, row_end, n, k, sa, b.data(), c, ldc, &ep);
@@ -263,6 +286,52 @@ void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArra
         fast.gemm_rows(lo, hi, j1 - j0, k, sa, b.data() + p0 * k * nr, c + j0, ldc, &part);
     });
 }
+
+void gemm(const InArray& a, const PackedB& b, OutArray out, std::optional<InArray> bias,
+          const std::string& bias_axis, float alpha, const std::string& activation,
+          float clip_min, float clip_max, int64_t row_begin, int64_t row_end, int threads) {
+    const GemmArgs g = gemm_args(a, b, out, bias, bias_axis, alpha, activation, clip_min,
+                                 clip_max, row_begin, row_end, threads);
+    nb::gil_scoped_release nogil;
+    gemm_run(g);
+}
+
+// Below this many multiply-adds a bound product keeps the GIL: releasing and taking it again
+// costs about as much as the product (a 1 x 32 x 32 step of a recurrence in a Scan body).
+constexpr int64_t GEMM_KEEP_GIL_MACS = 1 << 15;
+
+// gemm's arguments checked once and kept with their arrays: calling it runs the product with
+// no argument to convert (a bound step's call costs a fraction of gemm's twelve arguments).
+class GemmCall {
+public:
+    GemmCall(InArray a, nb::object packed, OutArray out, std::optional<InArray> bias,
+             const std::string& bias_axis, float alpha, const std::string& activation,
+             float clip_min, float clip_max, int64_t row_begin, int64_t row_end, int threads)
+        : a_(a), packed_(std::move(packed)), out_(out), bias_(bias),
+          args_(gemm_args(a, nb::cast<const PackedB&>(packed_), out, bias, bias_axis, alpha,
+                          activation, clip_min, clip_max, row_begin, row_end, threads)) {
+        const int64_t rows = args_.row_end - args_.row_begin;
+        small_ = rows <= 0 || args_.n <= 0 || args_.k <= 0 ||
+                 rows * args_.n <= GEMM_KEEP_GIL_MACS / args_.k;
+    }
+
+    void operator()() const {
+        if (small_) {
+            gemm_run(args_);
+            return;
+        }
+        nb::gil_scoped_release nogil;
+        gemm_run(args_);
+    }
+
+private:
+    InArray a_;           // held: the pointers in args_ point into these arrays
+    nb::object packed_;
+    OutArray out_;
+    std::optional<InArray> bias_;
+    GemmArgs args_;
+    bool small_ = false;
+};
 
 void gemm_exact(const InArray& a, const InArray& b, OutArray out, const std::string& isa,
                 int64_t row_begin, int64_t row_end) {
@@ -509,6 +578,16 @@ NB_MODULE(_native, m) {
           nb::arg("threads") = 1,
           "out[rows] = act(alpha * a[rows] @ B + bias) with B packed by pack_b; with threads > "
           "1 the rows run in blocks of 64 on the plugin's threads (the same bits).");
+    nb::class_<GemmCall>(m, "GemmCall",
+                         "gemm's arguments checked once; calling it runs gemm on them.")
+        .def(nb::init<InArray, nb::object, OutArray, std::optional<InArray>, const std::string&,
+                      float, const std::string&, float, float, int64_t, int64_t, int>(),
+             nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("bias").none() = nb::none(),
+             nb::arg("bias_axis") = "col", nb::arg("alpha") = 1.0f,
+             nb::arg("activation") = "none", nb::arg("clip_min") = 0.0f,
+             nb::arg("clip_max") = 0.0f, nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
+             nb::arg("threads") = 1)
+        .def("__call__", &GemmCall::operator());
     m.def("gemm_exact", &gemm_exact, nb::arg("a"), nb::arg("b"), nb::arg("out"), nb::arg("isa"),
           nb::arg("row_begin") = 0, nb::arg("row_end") = -1,
           "out[rows] = a[rows] @ b in the canonical exact order; NaN -> 0x7FC00000.");

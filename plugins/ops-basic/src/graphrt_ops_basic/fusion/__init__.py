@@ -13,6 +13,7 @@ from graphrt.passes import GraphPass
 
 def fusion_passes() -> list[GraphPass]:
     from .attention import FuseAttention
+    from .attention_heads import FuseAttentionHeads
     from .dropout import EliminateInferenceDropout
     from .gelu import FuseGelu
     from .layernorm import FuseLayerNorm
@@ -25,5 +26,6 @@ def fusion_passes() -> list[GraphPass]:
         FuseGelu(),
         FuseProductActivation(),
         FuseAttention(),
+        FuseAttentionHeads(),
         FuseRMSNorm(),
     ]
