@@ -148,11 +148,7 @@ class Gemm(OpKernel):
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Prepared = ctx.prepared
-        a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
-        if p.b_const is not None:
-            b = p.b_const
-        else:
-            b = inputs[1].T if self.node.attr("transB", 0) else inputs[1]
+        a, b = self._operands(p, inputs)
         y = outputs[0]
         _product(ctx, p, a, b, y, finish=False)
         if p.alpha is not None:
@@ -168,6 +164,13 @@ class Gemm(OpKernel):
         if p.nan_mask is not None:
             rewrite_nan(y, ctx.scratch[p.nan_mask])
 
+    def _operands(self, p: _Prepared, inputs: Sequence[Any]) -> tuple[Any, Any]:
+        """A and B as the product reads them (transposed views; B's prepared constant)."""
+        a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
+        if p.b_const is not None:
+            return a, p.b_const
+        return a, inputs[1].T if self.node.attr("transB", 0) else inputs[1]
+
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         return self.product_call(ctx, inputs, outputs)
 
@@ -181,11 +184,7 @@ class Gemm(OpKernel):
         whole = functools.partial(Gemm.run, self, ctx, inputs, outputs)
         if ctx.exact or p.blocks != 1 or p.alpha is not None or p.nan_mask is not None:
             return whole
-        a = inputs[0].T if self.node.attr("transA", 0) else inputs[0]
-        if p.b_const is not None:
-            b = p.b_const
-        else:
-            b = inputs[1].T if self.node.attr("transB", 0) else inputs[1]
+        a, b = self._operands(p, inputs)
         y = outputs[0]
         if len(inputs) <= 2 or inputs[2] is None:
             return functools.partial(np.matmul, a, b, y)
