@@ -133,6 +133,25 @@ def constant_of_undefined_type() -> Case:
     return Case("Constant", model([node], [], [], 17), {})
 
 
+def maxpool_huge_kernel() -> Case:
+    """Found by ``tox -e fuzz`` (30 minutes): a window of 2**30 taps planned tap by tap."""
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[2, 2**29], pads=[3, 2**31, 2**29, 0]
+    )
+    x = np.zeros((4, 1, 256, 513), np.float32)
+    return Case("MaxPool", model([node], [x_input([None] * 4)], [], 12), {"x": x})
+
+
+def maxpool_huge_same_kernel() -> Case:
+    """Found by ``tox -e fuzz``: SAME_UPPER pads for a 2**29 x 2**29 window, which the native
+    MaxPool's work buffer followed to 4.8 GiB on the scalar path."""
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], auto_pad="SAME_UPPER", kernel_shape=[2**29, 2**29]
+    )
+    x = np.zeros((13, 3, 2, 16), np.float32)
+    return Case("MaxPool", model([node], [x_input([None] * 4)], [], 12), {"x": x})
+
+
 OPEN = "issue 13 fuzz finding, routed to the lead: "
 FIXED = "issue 13 fuzz finding, fixed: "
 CASES = {
@@ -177,6 +196,14 @@ CASES = {
     "random_normal_empty_huge_shape": (
         random_normal_empty_huge_shape,
         FIXED + "an empty value with a 2**63 extent is refused where its shape is stated",
+    ),
+    "maxpool_huge_kernel": (
+        maxpool_huge_kernel,
+        FIXED + "windows of more than 2**18 taps are refused (invalid_model) before planning",
+    ),
+    "maxpool_huge_same_kernel": (
+        maxpool_huge_same_kernel,
+        FIXED + "windows of more than 2**18 taps are refused before any path plans them",
     ),
     "tile_huge_repeats": (
         tile_huge_repeats,

@@ -58,6 +58,12 @@ def window_attrs(kernel: OpKernel) -> WindowAttrs:
     )  # fmt: skip
 
 
+#: The most taps a window may have: plans (staging, separable pools, exact sums) hold a Python
+#: step or view per tap, so a hostile kernel_shape of 2**29 must be refused, not planned.
+#: Real models' windows are far smaller (a 1-D audio pool of 16000 taps is 1/16 of this).
+MAX_WINDOW_TAPS = 1 << 18
+
+
 @dataclasses.dataclass(frozen=True)
 class Window:
     """Output position o of axis a reads padded coordinate o * stride + tap * dilation."""
@@ -101,6 +107,12 @@ def resolve(
         raise kernel.fail(
             f"kernel_shape {list(k)}, strides {list(strides)}, dilations {list(dilations)} and "
             f"pads {list(pads)} do not fit {rank} spatial axes"
+        )
+    taps = math.prod(k)
+    if taps > MAX_WINDOW_TAPS:
+        raise kernel.fail(
+            f"kernel_shape {list(k)} makes windows of {taps} taps; graphrt's window kernels "
+            f"take at most {MAX_WINDOW_TAPS} (their plans hold a step per tap)"
         )
     eff = [(kk - 1) * d + 1 for kk, d in zip(k, dilations)]
     if attrs.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
