@@ -3,6 +3,7 @@
     python bench/bench_exact.py                       # every model
     python bench/bench_exact.py --models light_,cnn   # name filter (substrings)
     python bench/bench_exact.py --repeat 5 --threads 2
+    python bench/bench_exact.py --models light_resnet50 --kernel-path avx2   # one native path
 
 For each model: whether exact mode loads (else the operators it lacks), the median steady-state
 latency in both modes, whether exact outputs are bit-identical with 1 and ``--threads``
@@ -38,15 +39,17 @@ def _median_ms(sess: graphrt.Session, feed: dict[str, np.ndarray], repeat: int) 
 
 def bench_one(name: str, model: Any, args: argparse.Namespace) -> list[str]:
     feed = make_feed(model)
+    path = {"kernel_path": args.kernel_path} if args.kernel_path else {}
     try:
-        exact = graphrt.Session(model, mode="exact", intra_op_threads=1)
+        exact = graphrt.Session(model, mode="exact", intra_op_threads=1, **path)
     except SessionError as exc:
         missing = ", ".join(exc.operators or []) or exc.kind
         return [name, "no: " + missing, "", "", "", "", ""]
-    fast = graphrt.Session(model, intra_op_threads=1)
+    fast = graphrt.Session(model, intra_op_threads=1, **path)
     fast_ms, exact_ms = _median_ms(fast, feed, args.repeat), _median_ms(exact, feed, args.repeat)
     one = exact.run(None, feed)
-    many = graphrt.Session(model, mode="exact", intra_op_threads=args.threads).run(None, feed)
+    many = graphrt.Session(model, mode="exact", intra_op_threads=args.threads, **path)
+    many = many.run(None, feed)
     same = all(a.tobytes() == b.tobytes() for a, b in zip(one, many))
     diff = max(
         float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0))
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="", help="comma-separated name substrings")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kernel-path", default="", help="numpy or a native path (default auto)")
     args = parser.parse_args(argv)
     wanted = [w for w in args.models.split(",") if w]
     models: dict[str, Any] = {n: f for n, f in BUILT.items() if n != "loop_10000"}

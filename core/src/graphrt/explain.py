@@ -2,6 +2,11 @@
 
 :func:`plan_report` gathers everything as plain data (dicts, lists, ints, strings) so tools can
 use it; :func:`explain` renders that report as text (what ``graphrt explain`` prints).
+
+Each step says what runs it: ``native`` or ``numpy``, asked of its kernel's optional
+``runs_natively(prepared) -> bool`` (a kernel path's kernel answers for the plan it chose in
+this mode; a kernel without the method runs numpy calls), ``per run`` for a dynamic step of such
+a kernel (it plans again in every run), ``-`` for a step with nothing to run (a view).
 """
 
 from __future__ import annotations
@@ -11,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plan import DYNAMIC, VIEW, ExecutionPlan
+from graphrt.plan import ASSEMBLED, DYNAMIC, VIEW, ExecutionPlan, Step
 
-__all__ = ["explain", "format_bytes", "plan_report"]
+__all__ = ["explain", "format_bytes", "native_summary", "plan_report"]
 
 
 def format_bytes(n: int) -> str:
@@ -36,6 +41,36 @@ def _type_str(dtype: Any, shape: Sequence[int] | None) -> str:
         return "?"
     name = str(dtype)
     return name if shape is None else f"{name}{list(shape)}"
+
+
+def runs_on(step: Step) -> str:
+    """``native``, ``numpy``, ``per run`` or ``-``: what runs ``step`` (see the module doc)."""
+    if step.kind in (VIEW, ASSEMBLED):
+        return "-"
+    ask = getattr(step.node.kernel, "runs_natively", None)
+    if ask is None:
+        return "numpy"
+    if step.kind == DYNAMIC:
+        return "per run"
+    return "native" if ask(step.prepared) else "numpy"
+
+
+def native_summary(plan: ExecutionPlan) -> str:
+    """One line: how many steps run natively on the plan's kernel path, and the operators of
+    those that run numpy calls instead (with their counts)."""
+    ran = [(st.node.info.op_type, runs_on(st)) for st in plan.steps]
+    native = sum(1 for _, r in ran if r == "native")
+    counted = sum(1 for _, r in ran if r != "-")
+    numpy_ops: dict[str, int] = {}
+    for op, r in ran:
+        if r in ("numpy", "per run"):
+            label = op if r == "numpy" else f"{op} (per run)"
+            numpy_ops[label] = numpy_ops.get(label, 0) + 1
+    rest = ", ".join(f"{op} x{n}" for op, n in sorted(numpy_ops.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{native} of {counted} steps run natively (kernel path {plan.graph.kernel_path}); "
+        f"numpy: {rest or 'none'}"
+    )
 
 
 def plan_report(plan: ExecutionPlan) -> dict[str, Any]:
@@ -72,6 +107,7 @@ def plan_report(plan: ExecutionPlan) -> dict[str, Any]:
             "domain": node.info.domain,
             "plugin": node.plugin,
             "kind": st.kind,
+            "runs": runs_on(st),
             "inputs": [names[v] if v >= 0 else "" for v in node.inputs],
             "outputs": outs,
             "in_place_of": None,
@@ -156,6 +192,7 @@ def plan_report(plan: ExecutionPlan) -> dict[str, Any]:
         "outputs": [value(v) for v in graph.output_ids],
         "mode": "exact" if graph.exact else "fast",
         "kernel_path": graph.kernel_path,
+        "native_summary": native_summary(plan),
         "passes_run": list(graph.passes_run),
         "dropped_nodes": graph.dropped_nodes,
         "folded_nodes": plan.folded,
@@ -202,11 +239,12 @@ def explain(plan: ExecutionPlan) -> str:
         f"mode {r['mode']}, kernel path {r['kernel_path']}, passes run: {passes}, "
         f"dead nodes dropped: {r['dropped_nodes']}, nodes folded at plan time: {r['folded_nodes']}"
     )
+    lines.append(r["native_summary"])
 
     lines.append("")
     lines.append(f"schedule ({len(r['steps'])} steps)")
     if r["steps"]:
-        rows = [["step", "node", "op", "kind", "outputs", "notes"]]
+        rows = [["step", "node", "op", "kind", "runs", "outputs", "notes"]]
         for s in r["steps"]:
             notes = []
             if s["in_place_of"]:
@@ -217,7 +255,8 @@ def explain(plan: ExecutionPlan) -> str:
                 notes.append(f"scratch {k}: {_type_str(sc['dtype'], sc['shape'])} @{sc['offset']}")
             op = s["op_type"] if not s["domain"] else f"{s['domain']}.{s['op_type']}"
             outs = ", ".join(_value_str(v) for v in s["outputs"]) or "-"
-            rows.append([str(s["index"]), s["name"], op, s["kind"], outs, "; ".join(notes)])
+            row = [str(s["index"]), s["name"], op, s["kind"], s["runs"], outs, "; ".join(notes)]
+            rows.append(row)
         lines += _table(rows)
     else:
         lines.append("  (nothing to run: every output is an input or a constant)")
