@@ -250,13 +250,14 @@ def test_explain_views_folded_constants_and_dynamic(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "constants folded at plan time (1)" in out
     assert "  shape: int64[1]" in out
-    assert re.search(r"flat\s+Reshape\s+view\s+y: float32\[6\] @\d+\s+view of r", out)
+    assert re.search(r"flat\s+Reshape\s+view\s+-\s+y: float32\[6\] @\d+\s+view of r", out)
     assert "dynamic nodes (0)" in out
 
     report = plan_report(
         graphrt.Session(path, optimization_level="none").plan_for([np.zeros((2, 3), np.float32)])
     )
     assert [s["kind"] for s in report["steps"]] == ["static", "view"]
+    assert [s["runs"] for s in report["steps"]] == ["numpy", "-"]
     assert report["constants_folded"][0]["name"] == "shape"
     views = [v for v in report["slab"]["values"] if v["role"] == "view"]
     assert views and views[0]["view_of"] == "r"
@@ -321,3 +322,40 @@ def test_profile_prints_operator_times_and_writes_a_trace(tmp_path, capsys):
     assert "4 run(s) profiled" in out and "MatMul" in out and "Gemm" in out
     events = json.loads(trace.read_text())["traceEvents"]
     assert sum(e["name"] == "run" for e in events) == 4
+
+
+def _conv_bn_relu(tmp_path) -> str:
+    rng = np.random.default_rng(0)
+    inits = [init("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))]
+    inits += [init(n, np.full(4, v, np.float32)) for n, v in zip("sbmv", (1, 0, 0, 1))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn"),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[1, 3, 8, 8])], [tensor("y")], inits)
+    return _save(model, tmp_path)
+
+
+def test_explain_and_check_say_which_steps_run_natively_per_mode(tmp_path, capsys):
+    """Exact mode on a native path: the Conv is native, BatchNormalization numpy calls; on the
+    numpy path every step is numpy; ``check`` gives the count for each mode."""
+    pytest.importorskip("graphrt_ops_simd", reason="graphrt-ops-simd is not installed")
+    path = _conv_bn_relu(tmp_path)
+    args = ["explain", path, "--mode", "exact", "--optimization-level", "none", "-q"]
+    assert main([*args, "--kernel-path", "scalar"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  0\s+conv\s+Conv\s+static\s+native\s", out, re.M), out
+    assert re.search(r"^  1\s+bn\s+BatchNormalization\s+static\s+numpy\s", out, re.M), out
+    assert "1 of 3 steps run natively (kernel path scalar); numpy: " in out
+    assert "BatchNormalization x1" in out
+    assert main([*args, "--kernel-path", "numpy"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  0\s+conv\s+Conv\s+static\s+numpy\s", out, re.M), out
+    assert "0 of 3 steps run natively (kernel path numpy); numpy: Conv x1" in out
+
+    assert main(["check", path, "--kernel-path", "scalar", "-q"]) == 0
+    out = capsys.readouterr().out
+    fast, exact = out.split("exact mode: available")
+    assert "steps run natively (kernel path scalar)" in fast
+    assert "1 of 3 steps run natively (kernel path scalar)" in exact

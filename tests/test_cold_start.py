@@ -4,11 +4,13 @@ classes imported at first use.  Times are measured by bench/bench_cold_start.py,
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from importlib import metadata
 
 import ml_dtypes
@@ -18,8 +20,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphrt
-from graphrt import entrypoints, plugins, proto
+from graphrt import compiled, entrypoints, plugins, proto
+from graphrt import session as session_module
 from graphrt.errors import PluginError
+from graphrt.gcpause import gc_paused
 from graphrt.kernel import OpDef, OpKernel
 from graphrt.lazy import KernelRef, kernel_modules
 from tests._models import make_model, tensor
@@ -322,3 +326,51 @@ def test_ops_basic_table_is_lazy_and_complete():
     for d in table.OPERATORS:  # every line names a class that exists and is a kernel
         cls = d.factory.resolve() if isinstance(d.factory, KernelRef) else d.factory
         assert isinstance(cls, type) and issubclass(cls, OpKernel), d
+
+
+def test_a_dropped_session_is_freed_without_the_cyclic_collector(tmp_path):
+    # An idle run state does not point back at its plan: the session, its plans and their
+    # slabs go when the last reference does, not at the collector's next full collection.
+    path = str(tmp_path / "mlp.onnx")
+    _mlp(path)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        s = graphrt.Session(path)
+        x = np.ones((1, 4), np.float32)
+        s.run(None, {"x": x})
+        s.run(None, {"x": x})  # a state taken back from the pool
+        plan, session = weakref.ref(s.cached_plans[0]), weakref.ref(s)
+        del s
+        assert session() is None and plan() is None
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_building_pauses_the_collector_and_restores_its_state(tmp_path, monkeypatch):
+    path = str(tmp_path / "mlp.onnx")
+    _mlp(path)
+    seen = []
+    real = compiled.compile_model
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "compile_model", spy)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            graphrt.Session(path).run(None, {"x": np.ones((1, 4), np.float32)})
+            assert gc.isenabled() == enabled
+        assert seen == [False, False]
+        gc.enable()
+        with gc_paused():  # nested: the outer one decides
+            with gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

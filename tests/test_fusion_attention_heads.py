@@ -387,3 +387,17 @@ def test_the_pass_order_and_level():
     p = FuseAttentionHeads()
     assert p.order > 140 and p.min_level == "all" and not p.preserves_bits  # after fuse_attention
     assert not p.selected("basic", exact=False) and not p.selected("all", exact=True)
+
+
+def test_declared_shapes_of_the_split_values_still_hold():
+    """The 3-D value that replaces a 4-D head split gets a name of its own: the model's
+    value_info (written by onnx's shape inference, as exporters do) still describes the old
+    names, and check_shapes holds the run to them."""
+    import onnx
+
+    model = onnx.shape_inference.infer_shapes(minilm_encoder(layers=1))
+    assert any(len(v.type.tensor_type.shape.dim) == 4 for v in model.graph.value_info)
+    feed = encoder_feed(2, 9)
+    want = graphrt.Session(model, optimization_level="none").run(None, feed)
+    got = graphrt.Session(model, check_shapes=True).run(None, feed)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)

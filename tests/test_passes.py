@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 
 import numpy as np
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import graphrt
 from graphrt import hookimpl
@@ -116,3 +116,107 @@ def test_plugin_passes_run_in_order_and_respect_exact_mode():
         np.testing.assert_array_equal(fast.run(None, {"x": x})[0], x)
     finally:
         graphrt.unregister_plugin("passes-test")
+
+
+def _conv_bn(opset: int, **bn_attrs) -> object:
+    rng = np.random.default_rng(5)
+    c = 4
+    params = [
+        init("w", rng.standard_normal((c, 3, 3, 3)).astype(np.float32)),
+        init("scale", rng.uniform(0.5, 1.5, c).astype(np.float32)),
+        init("bias", rng.standard_normal(c).astype(np.float32)),
+        init("mean", rng.standard_normal(c).astype(np.float32)),
+        init("var", rng.uniform(0.5, 2.0, c).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node(
+            "BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"], **bn_attrs
+        ),
+    ]
+    return make_model(nodes, [tensor("x", shape=[2, 3, 6, 6])], [tensor("y")], params, opset=opset)
+
+
+def _ops(sess: graphrt.Session) -> set[str]:
+    return {n.info.op_type for n in sess.graph.nodes}
+
+
+def test_batchnorm_before_opset_7_is_folded_only_in_test_mode():
+    # Before opset 7, is_test=0 (the attribute's default) is training mode: the output uses the
+    # batch's statistics, which no weight folded ahead of time can give.
+    for attrs in ({}, {"is_test": 0}):
+        sess = graphrt.Session(_conv_bn(6, **attrs), optimization_level="all")
+        assert "BatchNormalization" in _ops(sess), attrs
+    for opset in (6, 1):
+        extra = {"consumed_inputs": [0, 0, 0, 1, 1]} if opset == 1 else {}
+        sess = graphrt.Session(_conv_bn(opset, is_test=1, **extra), optimization_level="all")
+        assert "BatchNormalization" not in _ops(sess), opset
+    # From opset 7 there is no is_test: an inference node is folded.
+    assert "BatchNormalization" not in _ops(graphrt.Session(_conv_bn(9)))
+
+
+def _bn_params(rng: np.random.Generator, c: int, tag: str) -> list:
+    return [
+        init(f"scale{tag}", rng.uniform(0.5, 1.5, c).astype(np.float32)),
+        init(f"bias{tag}", rng.standard_normal(c).astype(np.float32)),
+        init(f"mean{tag}", rng.standard_normal(c).astype(np.float32)),
+        init(f"var{tag}", rng.uniform(0.5, 2.0, c).astype(np.float32)),
+    ]
+
+
+def _folded(w: np.ndarray, params: list) -> tuple[np.ndarray, np.ndarray]:
+    """The documented folding: s = scale / sqrt(var + eps) in float64, W' = W * s rounded
+    once, B' = (0 - mean) * s + bias."""
+    scale, bias, mean, var = (numpy_helper.to_array(p).astype(np.float64) for p in params)
+    s = scale / np.sqrt(var + 1e-5)
+    w2 = (w.astype(np.float64) * s.reshape(-1, 1, 1, 1)).astype(np.float32)
+    return w2, ((0.0 - mean) * s + bias).astype(np.float32)
+
+
+def test_batchnorm_folding_rewrites_a_weight_only_where_nothing_else_sees_it():
+    # W feeds two Conv+BN pairs (each must fold the original W, not the other's result); V is
+    # a view (a folded Reshape) of F, which an Add still reads; U belongs to its Conv alone
+    # (rewritten in place).  Every output has the bits of the model folded by hand.
+    rng = np.random.default_rng(11)
+    c = 4
+    w = rng.standard_normal((c, 3, 3, 3)).astype(np.float32)
+    f = rng.standard_normal(c * 27).astype(np.float32)
+    u = rng.standard_normal((c, 3, 3, 3)).astype(np.float32)
+    bns = {t: _bn_params(rng, c, t) for t in "123"}
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c1"]),
+        helper.make_node("BatchNormalization", ["c1", *(p.name for p in bns["1"])], ["y1"]),
+        helper.make_node("Conv", ["x", "W"], ["c2"]),
+        helper.make_node("BatchNormalization", ["c2", *(p.name for p in bns["2"])], ["y2"]),
+        helper.make_node("Reshape", ["F", "wshape"], ["V"]),
+        helper.make_node("Conv", ["x", "V"], ["c3"]),
+        helper.make_node("BatchNormalization", ["c3", *(p.name for p in bns["3"])], ["y3"]),
+        helper.make_node("Add", ["f_in", "F"], ["y4"]),
+        helper.make_node("Conv", ["x", "U"], ["c5"]),
+        helper.make_node("BatchNormalization", ["c5", *(p.name for p in bns["1"])], ["y5"]),
+    ]
+    inits = [init("W", w), init("F", f), init("U", u), init("wshape", np.array([c, 3, 3, 3]))]
+    inits += [p for ps in bns.values() for p in ps]
+    outs = [tensor(f"y{i}") for i in range(1, 6)]
+    ins = [tensor("x", shape=[1, 3, 6, 6]), tensor("f_in", shape=[c * 27])]
+    sess = graphrt.Session(make_model(nodes, ins, outs, inits), optimization_level="all")
+    assert "BatchNormalization" not in _ops(sess)
+
+    by_hand, hand_inits = [], []
+    for i, (weight, tag) in enumerate([(w, "1"), (w, "2"), (f.reshape(c, 3, 3, 3), "3")]):
+        w2, b2 = _folded(weight, bns[tag])
+        hand_inits += [init(f"w{i}", w2), init(f"b{i}", b2)]
+        by_hand.append(helper.make_node("Conv", ["x", f"w{i}", f"b{i}"], [f"y{i + 1}"]))
+    w2, b2 = _folded(u, bns["1"])
+    hand_inits += [init("w4", w2), init("b4", b2), init("F", f)]
+    by_hand += [
+        helper.make_node("Add", ["f_in", "F"], ["y4"]),
+        helper.make_node("Conv", ["x", "w4", "b4"], ["y5"]),
+    ]
+    hand = graphrt.Session(make_model(by_hand, ins, outs, hand_inits), optimization_level="basic")
+    feed = {
+        "x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32),
+        "f_in": rng.standard_normal(c * 27).astype(np.float32),
+    }
+    for got, want in zip(sess.run(None, feed), hand.run(None, feed)):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -151,6 +151,31 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(
+    "m, c, kh, group", [(32, 16, 3, 1), (40, 7, 3, 1), (48, 36, 1, 3), (17, 5, 2, 1)]
+)
+def test_weight_packing_from_any_layout(isa, m, c, kh, group):
+    """The plan packs a C-contiguous weight in place (whole 16 x 16 blocks transposed in
+    registers on avx512, the rest float by float) and a strided one through a dense copy: the
+    same packed weight, so the same bits, and the reference's values."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(m * c + kh)
+    x = rng.standard_normal((1, c * group, 6, 7)).astype(F32)
+    w = rng.standard_normal((m * group, c, kh, kh)).astype(F32)
+    strided = np.empty((m * group, c, kh, 2 * kh), F32)[..., ::2]  # every stride differs
+    strided[...] = w
+    assert not strided.flags.c_contiguous
+    out = (6 - kh + 1, 7 - kh + 1)
+    g = dict(group=group, strides=(1, 1), dilations=(1, 1), pads=(0, 0), out=out, act="none")
+    want = reference(x, w, None, group, (1, 1), (1, 1), (0, 0), out)
+    for kernel in ("packed", "direct"):
+        dense = _run(isa, g, x, w, None, split=False, kernel=kernel)
+        np.testing.assert_allclose(dense, want, rtol=1e-5, atol=1e-4, err_msg=kernel)
+        copied = _run(isa, g, x, strided, None, split=False, kernel=kernel)
+        np.testing.assert_array_equal(bits(copied), bits(dense), err_msg=kernel)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
 def test_nan_propagates_through_relu_and_strided_input(isa):
     path_or_skip(isa)
     rng = np.random.default_rng(3)

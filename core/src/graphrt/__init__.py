@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CancellationToken",
     "Model",
+    "NodeArg",
     "OpDef",
     "OpKernel",
     "PluginError",
@@ -27,6 +28,7 @@ __all__ = [
     "Profiler",
     "Session",
     "SessionError",
+    "SessionOptions",
     "hookimpl",
     "load",
     "register_plugin",
@@ -34,10 +36,29 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # Sessions pull in the planner; keep ``import graphrt`` light for plugins importing hookimpl.
-    if name in ("Session", "Model", "load", "CancellationToken", "SessionOptions"):
-        from graphrt import session
+#: Names resolved at first use (sessions pull in the planner; ``import graphrt`` stays light for
+#: plugins importing hookimpl), and the module each comes from.
+_LAZY = {
+    "CancellationToken": "graphrt.session",
+    "Model": "graphrt.session",
+    "NodeArg": "graphrt.session",
+    "Session": "graphrt.session",
+    "load": "graphrt.session",
+    "SessionOptions": "graphrt.options",
+}
 
-        return getattr(session, name)
-    raise AttributeError(name)
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphrt' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, the lazy ones included (tab completion, ``dir(graphrt)``)."""
+    return sorted(set(globals()) | set(_LAZY))

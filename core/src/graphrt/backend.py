@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
+from graphrt.options import OPTION_NAMES
 from graphrt.session import Session
 
 __all__ = [
@@ -65,8 +66,9 @@ class GraphrtBackend(Backend):
             return model
         if isinstance(model, Session):
             return GraphrtRep(model)
-        options = {k: v for k, v in kwargs.items() if k in _SESSION_OPTIONS}
-        return GraphrtRep(Session(model, **options))
+        # onnx's runner passes keywords of its own: keep the session options only.
+        options = {k: v for k, v in kwargs.items() if k in OPTION_NAMES}
+        return GraphrtRep(Session(model, kwargs.get("options"), **options))
 
     @classmethod
     def run_model(
@@ -100,19 +102,6 @@ class GraphrtBackend(Backend):
         )
         return cls.prepare(model, device, **kwargs).run(dict(zip(names, arrays)))
 
-
-_SESSION_OPTIONS = {
-    "mode",
-    "intra_op_threads",
-    "optimization_level",
-    "weight_storage",
-    "max_cached_plans",
-    "plugins",
-    "custom_kernels",
-    "check_shapes",
-    "kernel_path",
-    "debug",
-}
 
 prepare = GraphrtBackend.prepare
 run_model = GraphrtBackend.run_model

@@ -1,4 +1,4 @@
-"""The ``graphrt`` command: run, check, ops, explain.
+"""The ``graphrt`` command: run, check, ops, explain, profile.
 
 Results go to stdout; progress messages go to stderr (``-q`` silences them).  User errors print
 ``graphrt: error: <message>`` on stderr and exit with status 2; ``graphrt check`` exits 1 when the
@@ -24,21 +24,10 @@ from graphrt.cli_inputs import (
     parse_dims,
     session_inputs,
 )
+from graphrt.cli_models import DEFAULT_MODEL, LIGHT_NOTE, default_model_path, is_light, model_arg
 from graphrt.errors import SessionError
 
-__all__ = ["CLIError", "default_model_path", "main", "make_inputs"]
-
-DEFAULT_MODEL = "light_resnet50"
-
-
-def default_model_path() -> str:
-    """light_resnet50.onnx as shipped inside the installed onnx package (found, not imported)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("onnx")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    base = os.path.abspath(folders[0]) if folders else ""
-    return os.path.join(base, "backend", "test", "data", "light", f"{DEFAULT_MODEL}.onnx")
+__all__ = ["DEFAULT_MODEL", "CLIError", "default_model_path", "main", "make_inputs"]
 
 
 class Progress:
@@ -109,21 +98,6 @@ def _plugins(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _model_arg(path: str | None) -> tuple[str, str]:
-    """(path, how to describe it) for MODEL or the embedded default."""
-    if path is None:
-        path = default_model_path()
-        if not os.path.exists(path):
-            raise CLIError(
-                f"the default model {DEFAULT_MODEL} is not in the installed onnx package "
-                f"(looked for {path}); give a MODEL path"
-            )
-        return path, f"{DEFAULT_MODEL} (default model, from the onnx package: {path})"
-    if not os.path.exists(path):
-        raise CLIError(f"no such model file: {path!r}")
-    return path, path
-
-
 def _session(path: str, args: argparse.Namespace, progress: Progress, **extra: Any) -> Any:
     from graphrt.session import Session
 
@@ -133,6 +107,7 @@ def _session(path: str, args: argparse.Namespace, progress: Progress, **extra: A
         "optimization_level": getattr(args, "optimization_level", "all"),
         "plugins": _plugins(getattr(args, "plugins", None)),
         "check_shapes": getattr(args, "check_shapes", False),
+        "kernel_path": getattr(args, "kernel_path", None),
     }
     options.update(extra)
     name = os.path.basename(path)
@@ -144,8 +119,9 @@ def _session(path: str, args: argparse.Namespace, progress: Progress, **extra: A
 
 
 def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
-    path, label = _model_arg(args.model)
+    path, label = model_arg(args.model)
     print(f"model: {label}")
+    _import_for_session(path)
     t0 = time.perf_counter()
     sess = _session(path, args, progress)
     created = time.perf_counter() - t0
@@ -167,12 +143,17 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
             progress.count("steady-state runs", i + 1, args.repeat)
         for meta, value in zip(sess.get_outputs(), outputs):
             print(f"output {meta.name}: {summarize(value)}")
+        if is_light(path):
+            print(LIGHT_NOTE)
         if args.save:
             arrays = {m.name: v for m, v in zip(sess.get_outputs(), outputs)}
             np.savez(args.save, **{k: v for k, v in arrays.items() if isinstance(v, np.ndarray)})
             print(f"tensor outputs saved to {args.save}")
         threads = sess.threads
-        print(f"session: {_ms(created)} to create; mode {args.mode}, {threads} intra-op thread(s)")
+        print(
+            f"session: {_ms(created)} to create (imports excluded); mode {args.mode}, "
+            f"{threads} intra-op thread(s), kernel path {sess.kernel_path}"
+        )
         print(f"first run (incl. plan): {_ms(first)}")
         if times:
             print(
@@ -180,6 +161,16 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
                 f"(min {_ms(min(times))}, max {_ms(max(times))})"
             )
     return 0
+
+
+def _import_for_session(path: str) -> None:
+    """Import what making the session will, before it is timed: the session modules, and onnx
+    for a model file in a text format (a binary .onnx is read without importing onnx)."""
+    import graphrt.session  # noqa: F401
+    from graphrt import proto
+
+    if os.path.splitext(path)[1].lower() not in proto._BINARY_EXTENSIONS:  # proto.load_model's
+        import onnx  # noqa: F401
 
 
 def _walk_nodes(graph: Any) -> Any:
@@ -207,7 +198,7 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
     from graphrt.ir import decl, read_model
     from graphrt.plugins import snapshot
 
-    path, label = _model_arg(args.model)
+    path, label = model_arg(args.model)
     progress.say(f"loading {os.path.basename(path)}...")
     proto, _ = read_model(path)
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
@@ -263,8 +254,9 @@ def cmd_check(args: argparse.Namespace, progress: Progress) -> int:
         print(f"fast mode: runnable ({len(sess.graph.nodes)} nodes after passes)")
         _check_plan(sess, args)
     try:
-        _session(path, args, progress, mode="exact").close()
-        print("exact mode: available")
+        with _session(path, args, progress, mode="exact") as exact:
+            print("exact mode: available")
+            _check_plan(exact, args)
     except SessionError as exc:
         if exc.kind == "exact_mode_unavailable":
             print(f"exact mode: unavailable for {len(exc.operators)} operator(s):")
@@ -293,11 +285,14 @@ def _check_plan(sess: Any, args: argparse.Namespace) -> None:
     except SessionError as exc:
         print(f"plan for the declared shapes (symbolic dims = 1 unless --dim): failed: {exc}")
         return
+    from graphrt.explain import native_summary
+
     dynamic = sum(1 for s in plan.steps if s.kind == "dynamic")
     print(
         f"plan for the declared shapes: {len(plan.steps)} steps ({dynamic} dynamic), "
         f"slab {plan.memory.size} bytes"
     )
+    print(f"  {native_summary(plan)}")
 
 
 def cmd_ops(args: argparse.Namespace, progress: Progress) -> int:
@@ -385,7 +380,7 @@ def _ties(table: Any) -> list[str]:
 def cmd_explain(args: argparse.Namespace, progress: Progress) -> int:
     from graphrt.explain import explain
 
-    path, label = _model_arg(args.model)
+    path, label = model_arg(args.model)
     sess = _session(path, args, progress)
     with sess:
         feed = make_inputs(
@@ -401,7 +396,7 @@ def cmd_explain(args: argparse.Namespace, progress: Progress) -> int:
 def cmd_profile(args: argparse.Namespace, progress: Progress) -> int:
     from graphrt.profile import Profiler
 
-    path, label = _model_arg(args.model)
+    path, label = model_arg(args.model)
     sess = _session(path, args, progress)
     with sess:
         feed = make_inputs(
@@ -438,6 +433,15 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugins", metavar="A,B", help="use only these plugins ('' for none)")
     p.add_argument("--optimization-level", choices=("none", "basic", "all"), default="all")
     p.add_argument("--check-shapes", action="store_true", help="check shape annotations")
+    _add_kernel_path(p)
+
+
+def _add_kernel_path(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kernel-path",
+        metavar="PATH",
+        help="auto (default), numpy, or a native path (scalar, avx2, avx512); see graphrt ops",
+    )
 
 
 def _add_input_options(p: argparse.ArgumentParser) -> None:
@@ -448,7 +452,10 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from graphrt import __version__
+
     parser = argparse.ArgumentParser(prog="graphrt", description="Run and inspect ONNX models.")
+    parser.add_argument("--version", action="version", version=f"graphrt {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     common = argparse.ArgumentParser(add_help=False)  # -q after the command works too
     common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS)
@@ -456,7 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("run", parents=[common], help="run a model on given or random inputs")
-    p.add_argument("model", nargs="?", metavar="MODEL", help=f"default: {DEFAULT_MODEL}")
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help=f"a .onnx file, or a model shipped with onnx by name (default: {DEFAULT_MODEL})",
+    )
     _add_input_options(p)
     _add_session_options(p)
     p.add_argument("--repeat", type=int, default=10, metavar="R", help="timed runs (10)")
@@ -466,11 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "check", parents=[common], help="missing operators and exact-mode availability"
     )
-    p.add_argument("model", metavar="MODEL")
+    p.add_argument("model", metavar="MODEL", help="a .onnx file, or a model shipped with onnx")
     p.add_argument("--plugins", metavar="A,B", help="use only these plugins")
     p.add_argument(
         "--dim", action="append", metavar="SYMBOL=N", help="symbolic dim sizes for the trial plan"
     )
+    _add_kernel_path(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser(
@@ -487,7 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("profile", parents=[common], help="per-operator times; a Chrome trace")
-    p.add_argument("model", nargs="?", metavar="MODEL", help=f"default: {DEFAULT_MODEL}")
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help=f"a .onnx file, or a model shipped with onnx by name (default: {DEFAULT_MODEL})",
+    )
     _add_input_options(p)
     _add_session_options(p)
     p.add_argument("--repeat", type=int, default=10, metavar="R", help="profiled runs (10)")

@@ -14,7 +14,7 @@ from graphrt.functions import inline_functions
 from graphrt.ir import IrModel, ValueDecl, check_cancelled, graph_outer_reads, iter_subgraphs
 from graphrt.kernel import NodeInfo, OpDef, OpKernel
 from graphrt.limits import DEFAULT_MAX_MEMORY
-from graphrt.passes import LEVELS, PassContext, PassGraph, PassNode, builtin_passes
+from graphrt.passes import PassContext, PassGraph, PassNode, builtin_passes
 from graphrt.paths import KernelPath
 from graphrt.plugins import OperatorTable
 
@@ -69,11 +69,8 @@ def compile_model(
 ) -> CompiledGraph:
     """``depth`` counts the bodies this graph is nested in: a second guard beside the import's
     nesting check, for bodies that only appear while compiling (inlined function bodies).
-    ``max_memory`` is the session's budget, for its bodies and its constant folding too."""
-    if level not in LEVELS:
-        raise SessionError(
-            "unsupported", f"optimization_level must be one of {LEVELS}, not {level!r}"
-        )
+    ``max_memory`` is the session's budget, for its bodies and its constant folding too.
+    The options come checked (:class:`graphrt.options.SessionOptions`)."""
 
     bodies: dict[tuple[str, int], tuple[str, str, Any]] = {}
 
@@ -197,7 +194,7 @@ def _resolve(
     ir: IrModel, table: OperatorTable, cancellation: Any, compile_body: Any = None
 ) -> list[PassNode]:
     """Every node's winning OpDef; all missing operators (bodies included) reported together."""
-    missing: list[str] = []
+    missing: dict[str, tuple[str, str, int]] = {}  # label -> (domain, op_type, opset)
     resolved: list[PassNode] = []
     for n in ir.nodes:
         check_cancelled(cancellation)
@@ -212,36 +209,70 @@ def _resolve(
             op_def = table.lookup(n.domain, n.op_type, opset)
         except PluginError as exc:
             raise SessionError("unsupported_operator", str(exc), node=n.name) from exc
-        label = _label(n.domain, n.op_type, opset)
         if op_def is None:
-            if label not in missing:
-                missing.append(label)
+            missing.setdefault(_label(n.domain, n.op_type, opset), (n.domain, n.op_type, opset))
             continue
         info = node_info(n.proto, opset)
-        bodies = list(iter_subgraphs(n.proto))
-        outer = tuple(dict.fromkeys(x for g in bodies for x in graph_outer_reads(g)))
-        if bodies:
+        inputs = list(n.inputs)
+        if n.subgraphs:  # found once, by the import
+            outer = tuple(dict.fromkeys(x for g in n.subgraphs for x in graph_outer_reads(g)))
             info = dataclasses.replace(
                 info,
                 outer_inputs=outer,
                 compile_subgraph=functools.partial(compile_body, node_name=n.name),
             )
-        resolved.append(PassNode(info, op_def, list(n.inputs) + list(outer), list(n.outputs)))
-    for proto in _body_nodes([n.proto for n in ir.nodes]):  # bodies' operators, reported too
+            inputs += outer
+        resolved.append(PassNode(info, op_def, inputs, list(n.outputs)))
+    # bodies' operators, reported too
+    for proto in _body_nodes([n.proto for n in ir.nodes if n.subgraphs]):
         domain = "" if proto.domain == "ai.onnx" else proto.domain
         opset = ir.opsets.get(domain)
         if opset is not None and table.lookup(domain, proto.op_type, opset) is None:
-            label = _label(domain, proto.op_type, opset)
-            if label not in missing:
-                missing.append(label)
+            missing.setdefault(_label(domain, proto.op_type, opset), (domain, proto.op_type, opset))
     if missing:
-        plugins = ", ".join(table.plugins) or "none"
         raise SessionError(
-            "unsupported_operator",
-            f"no installed plugin provides {', '.join(missing)} (plugins in use: {plugins})",
-            operators=missing,
+            "unsupported_operator", _missing_message(table, missing), operators=list(missing)
         )
     return resolved
+
+
+def _missing_message(table: OperatorTable, missing: dict[str, tuple[str, str, int]]) -> str:
+    """What the user can do about missing operators: plugins the session's allow-list left
+    out (and which of the operators they provide), and plugins that failed to load."""
+    from graphrt.entrypoints import entry_points
+    from graphrt.plugins import ENTRY_POINT_GROUP, loaded_plugins, plugin_failures, snapshot
+
+    in_use = ", ".join(table.plugins) or "none"
+    blocked = tuple(getattr(table, "blocked", ()))  # never imported: what they provide is unknown
+    try:  # the error is the point here: a second failure only shortens the message
+        kept_out = set(table.plugins) | set(blocked)
+        excluded = [n for n in loaded_plugins(strict=False) if n not in kept_out]
+        others = snapshot(excluded, strict=False) if excluded else None
+    except Exception:
+        excluded, others = [], None
+    who = "no plugin in use" if excluded else "no installed plugin"
+    text = f"{who} provides {', '.join(missing)} (plugins in use: {in_use})"
+    if excluded:
+        provides: dict[str, list[str]] = {name: [] for name in excluded}
+        for label, key in missing.items():
+            try:
+                d = others.lookup(*key) if others is not None else None
+            except Exception:  # a tie among the left-out plugins: name neither
+                d = None
+            if d is not None:
+                provides[d.plugin].append(label)
+        named = [f"{n} (provides {', '.join(ops)})" if ops else n for n, ops in provides.items()]
+        text += f"; installed but left out by the session's plugins= list: {', '.join(named)}"
+    if blocked:
+        text += f"; blocked plugins (never imported): {', '.join(blocked)}"
+    # Failures of entry points still installed (one removed since is no longer news).
+    installed = {ep.name for ep in entry_points(ENTRY_POINT_GROUP)}
+    failures = {k: v for k, v in plugin_failures().items() if k in installed}
+    if failures:
+        text += "; plugins that failed to load: " + ", ".join(
+            f"{name!r} ({why})" for name, why in sorted(failures.items())
+        )
+    return text
 
 
 def _body_table(found: Any) -> dict[tuple[str, str], Any]:
@@ -315,10 +346,6 @@ def _weights(initializers: dict[str, np.ndarray], storage: str) -> dict[str, np.
     """Weights as the session keeps them; float16/bfloat16 storage rounds float32 weights."""
     if storage == "original":
         return dict(initializers)
-    if storage not in ("float16", "bfloat16"):
-        raise SessionError(
-            "unsupported", f"weight_storage must be original, float16 or bfloat16, not {storage!r}"
-        )
     from graphrt import dtypes
 
     low = np.dtype(np.float16) if storage == "float16" else dtypes.from_onnx(16)

@@ -90,11 +90,37 @@ class IrNode:
     name: str
     inputs: list[str]  # "" for an absent optional input
     outputs: list[str]
+    #: The node's subgraphs (If/Loop/Scan bodies), found once: walking a node's attributes
+    #: again for them in every later step cost as much as the steps themselves.
+    subgraphs: tuple[proto.GraphProto, ...] = ()
 
     @classmethod
     def of(cls, node: proto.NodeProto) -> IrNode:
         domain = "" if node.domain == "ai.onnx" else node.domain
-        return cls(node, node.op_type, domain, node.name, list(node.input), list(node.output))
+        return cls(
+            node,
+            node.op_type,
+            domain,
+            node.name,
+            list(node.input),
+            list(node.output),
+            _subgraphs(node),
+        )
+
+
+def _subgraphs(node: proto.NodeProto) -> tuple[proto.GraphProto, ...]:
+    """``tuple(iter_subgraphs(node))`` without a generator (once per node of every model)."""
+    attrs = node.attribute
+    if not attrs:
+        return ()
+    found: tuple[proto.GraphProto, ...] = ()
+    for attr in attrs:
+        t = attr.type
+        if t == AttributeProto.GRAPH:
+            found += (attr.g,)
+        elif t == AttributeProto.GRAPHS:
+            found += tuple(attr.graphs)
+    return found
 
 
 @dataclasses.dataclass
@@ -322,6 +348,9 @@ def topological_order(
     its order.  An input nothing produces is an invalid model, named with its node.  ``outer``
     holds names a subgraph may read from enclosing graphs.
     """
+    check_cancelled(cancellation)
+    if _in_order(nodes, known, outer):
+        return list(nodes)
     available = set(known) | set(outer)
     producers: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -341,7 +370,10 @@ def topological_order(
     for i, n in enumerate(nodes):
         if i % 1024 == 0:
             check_cancelled(cancellation)
-        wanted = list(dict.fromkeys(x for x in n.inputs + _subgraph_reads(n.proto) if x))
+        reads = n.inputs
+        if n.subgraphs:
+            reads = reads + [x for g in n.subgraphs for x in graph_outer_reads(g)]
+        wanted = list(dict.fromkeys(x for x in reads if x))
         needs.append(wanted)
         for x in wanted:
             if x in available:
@@ -381,6 +413,30 @@ def topological_order(
             node=n.name,
         )
     return order
+
+
+def _in_order(nodes: list[IrNode], known: set[str], outer: set[str]) -> bool:
+    """Whether the nodes already are in dependency order, each value produced once and never
+    over a known one: the order topological_order keeps then, found in one pass (most models
+    are stored sorted).  Anything else (a wrong order, an undefined input, a value produced
+    twice) is left to the full algorithm, which reorders or names the fault."""
+    available = set(known) | set(outer)
+    produced: set[str] = set()
+    for n in nodes:
+        for x in n.inputs:
+            if x and x not in available:
+                return False
+        for g in n.subgraphs:
+            for x in graph_outer_reads(g):
+                if x and x not in available:
+                    return False
+        for o in n.outputs:
+            if o:
+                if o in produced or o in known:
+                    return False
+                produced.add(o)
+                available.add(o)
+    return True
 
 
 def _subgraph_reads(node: proto.NodeProto) -> list[str]:

@@ -382,13 +382,13 @@ def evaluate_node(
     and scratch ``infer`` states are charged before they exist, so a result too large for it
     is refused (``resource_exhausted``) without being computed.
     """
-    dtypes = [None if x is None else _dtype_of(x) for x in inputs]
-    shapes = [None if x is None else _shape_of(x) for x in inputs]
-    kctx = KernelContext(exact=exact, pool=pool, node=kernel.node, limits=limits)
     if kernel.outputs_data_dependent:
+        kctx = KernelContext(exact=exact, pool=pool, node=kernel.node, limits=limits)
         kernel.run(kctx, list(inputs), [None] * num_outputs)
         out = list(kctx.allocated) + [None] * (num_outputs - len(kctx.allocated))
         return out[:num_outputs]
+    dtypes = [None if x is None else _dtype_of(x) for x in inputs]
+    shapes = [None if x is None else _shape_of(x) for x in inputs]
     ictx = InferContext(dtypes, shapes, list(inputs), num_outputs, exact=exact)
     kernel.infer(ictx)
     consts = ictx.constant_outputs()
@@ -398,13 +398,13 @@ def evaluate_node(
         return [np.asarray(inputs[0]).reshape(shape)] + [None] * (num_outputs - 1)
     if any(c is not None for c in consts):
         return [None if c is None else c for c in consts]
-    if limits is not None:
-        wanted = [t for t in types if t is not None] + [(d, s) for d, s in ictx.scratch]
-        nbytes = sum(math.prod(s) * np.dtype(d).itemsize for d, s in wanted)
+    if limits is not None:  # set_output and add_scratch hold np.dtype objects
+        nbytes = sum(math.prod(t[1]) * t[0].itemsize for t in types if t is not None)
+        nbytes += sum(math.prod(s) * d.itemsize for d, s in ictx.scratch)
         limits.charge(nbytes, kernel.node, "its outputs")
     outs = [None if t is None else np.empty(t[1], dtype=t[0]) for t in types]
-    kctx.prepared = ictx.prepared
-    kctx.scratch = [np.empty(s, dtype=d) for d, s in ictx.scratch]
+    scratch = [np.empty(s, dtype=d) for d, s in ictx.scratch]
+    kctx = KernelContext(ictx.prepared, scratch, exact, pool, node=kernel.node, limits=limits)
     kernel.run(kctx, list(inputs), outs)
     return outs
 

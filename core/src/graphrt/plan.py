@@ -1,6 +1,6 @@
 """ExecutionPlan: everything fixed by one list of input element types and shapes.
 
-Making a plan (seed 000, section 3): nodes are visited in order and each kernel's ``infer``
+Making a plan: nodes are visited in order and each kernel's ``infer``
 states its outputs; a node whose inputs are all constants is evaluated now (unless the result
 is larger than both its inputs and 64 KiB, known from its inferred types before it is computed);
 a node with a run-time-shaped input, data-dependent outputs, or that needs run-time values is
@@ -22,9 +22,16 @@ from graphrt import dtypes
 from graphrt.attrs import evaluable_early
 from graphrt.compiled import CNode, CompiledGraph
 from graphrt.errors import SessionError
+from graphrt.gcpause import gc_paused
 from graphrt.ir import check_cancelled
 from graphrt.kernel import InferContext, NeedsRunTimeValues, evaluate_node
-from graphrt.limits import DEFAULT_MAX_MEMORY, RunLimits, check_holdable, exhausted
+from graphrt.limits import (
+    DEFAULT_MAX_MEMORY,
+    RunLimits,
+    check_holdable,
+    exhausted,
+    numpy_refuses,
+)
 from graphrt.memory import MemoryPlan, MemStep, plan_memory
 
 __all__ = [
@@ -45,6 +52,7 @@ STATIC, VIEW, DYNAMIC = "static", "view", "dynamic"
 #: A step whose output is its inputs laid end to end, each written there by its producer: it
 #: has nothing left to do at run time (OpKernel.assembled_offsets).
 ASSEMBLED = "assembled"
+_OBJECT = np.dtype(object)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +117,23 @@ class ExecutionPlan:
     # -- run-state pool --------------------------------------------------------------------------
     def acquire(self, pool: Any) -> Any:
         try:
-            return self._idle.pop()
+            state = self._idle.pop()
         except IndexError:
             from graphrt.runstate import RunState
 
             with self._idle_lock:
                 self.states_created += 1
-            return RunState(self, pool)
+            with gc_paused():  # a context and bound calls per step
+                return RunState(self, pool)
+        state.plan = self
+        return state
 
     def release(self, state: Any) -> None:
         if len(self._idle) < MAX_IDLE_STATES:
+            # An idle state does not point back at its plan: a plan dropped with its session
+            # is freed (slabs, packed weights) at once, not left as a cycle for the GC's next
+            # full collection, which then paid for every dead session at once.
+            state.plan = None
             self._idle.append(state)
 
     def drop_idle(self) -> None:
@@ -127,10 +142,7 @@ class ExecutionPlan:
         self._idle = []
 
 
-def signature(feeds: list[np.ndarray]) -> tuple:
-    return tuple((x.dtype.str, x.shape) for x in feeds)
-
-
+@gc_paused()  # every step's objects live as long as the plan
 def build_plan(
     graph: CompiledGraph,
     input_types: list[tuple[np.dtype, tuple[int, ...]]],
@@ -167,7 +179,7 @@ def build_plan(
             check_cancelled(cancellation)
         kernel = node.kernel
         ins = node.inputs
-        if any(v in dynamic for v in ins if v >= 0):
+        if dynamic and any(v in dynamic for v in ins if v >= 0):  # none in a static plan
             steps.append(Step(node, DYNAMIC))
             dynamic.update(o for o in node.outputs if o >= 0)
             continue
@@ -210,9 +222,10 @@ def build_plan(
             steps.append(Step(node, DYNAMIC))
             dynamic.update(o for o in node.outputs if o >= 0)
             continue
+        known = [types.get(v) if v >= 0 else None for v in ins]
         ctx = InferContext(
-            [types[v].dtype if v >= 0 and types.get(v) else None for v in ins],
-            [types[v].shape if v >= 0 and types.get(v) else None for v in ins],
+            [t.dtype if t else None for t in known],
+            [t.shape if t else None for t in known],
             [constants.get(v) if v >= 0 else None for v in ins],
             len(node.outputs),
             exact=exact,
@@ -246,7 +259,7 @@ def build_plan(
         for o, t in zip(node.outputs, out_types):
             if o >= 0:
                 types[o] = ValueType(*t)
-                if t[0] == np.dtype(object):  # strings cannot live in the slab
+                if t[0] == _OBJECT:  # strings cannot live in the slab
                     dynamic.add(o)
         if kernel.view_of_input:
             src = ins[0]
@@ -256,7 +269,7 @@ def build_plan(
                 continue
             steps.append(Step(node, VIEW))
             continue
-        if any(o in dynamic for o in node.outputs):
+        if dynamic and any(o in dynamic for o in node.outputs):
             steps.append(Step(node, DYNAMIC))
             continue
         steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch)))
@@ -304,11 +317,13 @@ def check_holdable_types(
     budget refuses it) where it is stated, for every operator, instead of a raw ValueError when
     the run state views its slab.  ``kind``: invalid_model at planning (the shapes come from the
     model's attributes and constants), invalid_input for a dynamic step's run-time values."""
+    # numpy_refuses first: the message is only formatted for a value that is refused
     for o, t in zip(node.outputs, out_types):
-        if o >= 0 and t is not None:
+        if o >= 0 and t is not None and numpy_refuses(t[0], t[1]) is not None:
             check_holdable(t[0], t[1], f"value {graph.names[o]!r}", kind, node.info)
     for k, (dt, shape) in enumerate(scratch):
-        check_holdable(dt, shape, f"its scratch array {k}", kind, node.info)
+        if numpy_refuses(dt, shape) is not None:
+            check_holdable(dt, shape, f"its scratch array {k}", kind, node.info)
 
 
 def _fold_limit(args: list[Any]) -> int:
@@ -356,7 +371,7 @@ def _plan_memory(
             out = node.outputs[0]
             placed = {v: (out, at) for v, at in assembled[index].items()}
             mem_steps.append(MemStep(defs={out: types[out].nbytes}, uses=uses, parts=placed))
-            new_steps.append(dataclasses.replace(st, kind=ASSEMBLED))
+            new_steps.append(_restep(st, ASSEMBLED, st.scratch_ids))
             continue
         if st.kind == DYNAMIC:
             mem_steps.append(MemStep(defs={}, uses=uses))
@@ -382,11 +397,19 @@ def _plan_memory(
         scratch = {}
         for dt, shape in st.scratch:
             scratch_ids.append(next_id)
-            scratch[next_id] = ValueType(dt, shape).nbytes
+            scratch[next_id] = math.prod(shape) * np.dtype(dt).itemsize  # ValueType.nbytes
             next_id += 1
         mem_steps.append(MemStep(defs=defs, uses=uses, in_place=in_place, scratch=scratch))
-        new_steps.append(dataclasses.replace(st, scratch_ids=tuple(scratch_ids)))
+        if scratch_ids or st.scratch_ids:
+            st = _restep(st, st.kind, tuple(scratch_ids))
+        new_steps.append(st)
     return plan_memory(mem_steps, preplaced=preplaced, keep=keep), new_steps
+
+
+def _restep(st: Step, kind: str, scratch_ids: tuple[int, ...]) -> Step:
+    """``dataclasses.replace(st, kind=kind, scratch_ids=scratch_ids)`` without its per-call
+    scan of the fields (a step per node in every plan)."""
+    return Step(st.node, kind, st.prepared, st.scratch, scratch_ids)
 
 
 def _assembled_steps(
@@ -432,12 +455,6 @@ def _assembled_steps(
             taken.update(ins)
             taken.add(out)
     return found
-
-
-def describe_type(t: ValueType | None) -> str:
-    if t is None:
-        return "?"
-    return f"{dtypes.name_of(t.dtype)}{list(t.shape)}"
 
 
 def infer_failure(node: Any, exc: BaseException) -> SessionError:

@@ -18,8 +18,9 @@ import numpy as np
 from graphrt import dtypes
 from graphrt.compiled import CompiledGraph, compile_model
 from graphrt.errors import SessionError
+from graphrt.gcpause import gc_paused
 from graphrt.ir import ValueDecl, import_model
-from graphrt.limits import DEFAULT_MAX_MEMORY
+from graphrt.options import SessionOptions, session_options
 from graphrt.paths import choose_path
 from graphrt.plan import ExecutionPlan, build_plan
 from graphrt.plugins import snapshot
@@ -27,8 +28,6 @@ from graphrt.subgraph import copy_value, value_type
 from graphrt.threads import IntraOpPool, blas_session_closed, blas_session_opened, resolve_threads
 
 __all__ = ["CancellationToken", "Model", "NodeArg", "Session", "SessionOptions", "load"]
-
-MODES = ("fast", "exact")
 
 
 class CancellationToken:
@@ -46,41 +45,6 @@ class CancellationToken:
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
-
-
-@dataclasses.dataclass(frozen=True)
-class SessionOptions:
-    mode: str = "fast"
-    intra_op_threads: int = 0
-    optimization_level: str = "all"
-    weight_storage: str = "original"
-    max_cached_plans: int = 16
-    plugins: tuple[str, ...] | None = None
-    custom_kernels: Any = None
-    check_shapes: bool = False
-    kernel_path: str | None = None
-    debug: bool = False
-    strict_plugins: bool | None = None
-    max_memory: int = DEFAULT_MAX_MEMORY
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise SessionError("unsupported", f"mode must be 'fast' or 'exact', not {self.mode!r}")
-        if not isinstance(self.max_cached_plans, int) or self.max_cached_plans < 1:
-            raise SessionError("unsupported", "max_cached_plans must be a positive integer")
-        if not isinstance(self.intra_op_threads, int) or self.intra_op_threads < 0:
-            raise SessionError(
-                "unsupported", "intra_op_threads must be 0 (one per core) or a positive integer"
-            )
-        if (
-            not isinstance(self.max_memory, int)
-            or isinstance(self.max_memory, bool)
-            or self.max_memory < 1
-        ):
-            raise SessionError(
-                "unsupported",
-                f"max_memory must be a positive integer (bytes), not {self.max_memory!r}",
-            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,51 +69,32 @@ class Session:
     def __init__(
         self,
         model: Any,
+        options: SessionOptions | None = None,
         *,
-        mode: str = "fast",
-        intra_op_threads: int = 0,
-        optimization_level: str = "all",
-        weight_storage: str = "original",
-        max_cached_plans: int = 16,
-        plugins: Sequence[str] | None = None,
-        custom_kernels: Any = None,
-        check_shapes: bool = False,
-        kernel_path: str | None = None,
-        debug: bool = False,
-        strict_plugins: bool | None = None,
         cancellation: CancellationToken | None = None,
-        max_memory: int = DEFAULT_MAX_MEMORY,
+        **overrides: Any,
     ) -> None:
-        self.options = SessionOptions(
-            mode=mode,
-            intra_op_threads=intra_op_threads,
-            optimization_level=optimization_level,
-            weight_storage=weight_storage,
-            max_cached_plans=max_cached_plans,
-            plugins=None if plugins is None else tuple(plugins),
-            custom_kernels=custom_kernels,
-            check_shapes=check_shapes,
-            kernel_path=kernel_path,
-            debug=debug,
-            strict_plugins=strict_plugins,
-            max_memory=max_memory,
-        )
+        """``model``: a path, bytes or an onnx.ModelProto.  ``options`` (a
+        :class:`SessionOptions`) with ``overrides`` (its field names as keywords:
+        ``mode="exact"``...) applied; ``cancellation`` is checked while the session is made."""
+        self.options = opts = session_options(options, overrides)
         self._closed = False
-        ir = import_model(model, cancellation)
-        self._table = snapshot(self.options.plugins, custom_kernels, strict_plugins)
-        path = choose_path(list(self._table.paths), kernel_path)
-        self._graph: CompiledGraph = compile_model(
-            ir,
-            self._table,
-            exact=mode == "exact",
-            level=optimization_level,
-            path=path,
-            weight_storage=weight_storage,
-            cancellation=cancellation,
-            max_memory=max_memory,
-        )
+        with gc_paused():  # tens of thousands of objects, all living as long as the session
+            ir = import_model(model, cancellation)
+            self._table = snapshot(opts.plugins, opts.custom_kernels, opts.strict_plugins)
+            path = choose_path(list(self._table.paths), opts.kernel_path)
+            self._graph: CompiledGraph = compile_model(
+                ir,
+                self._table,
+                exact=opts.mode == "exact",
+                level=opts.optimization_level,
+                path=path,
+                weight_storage=opts.weight_storage,
+                cancellation=cancellation,
+                max_memory=opts.max_memory,
+            )
         self.kernel_path = self._graph.kernel_path
-        self.threads = resolve_threads(intra_op_threads)
+        self.threads = resolve_threads(opts.intra_op_threads)
         self._pool = IntraOpPool(self.threads)
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._plan_lock = threading.Lock()
@@ -201,7 +146,8 @@ class Session:
         cancellation: CancellationToken | None = None,
         profiler: Any = None,
     ) -> list[Any]:
-        """Outputs in the order of ``output_names`` (None: every output).
+        """Outputs in the order of ``output_names`` (None or ``[]``: every output, in the model's
+        order; a list, never a bare string).
 
         ``out`` maps output names to caller-provided arrays that are checked and overwritten
         (and returned); other outputs are new arrays the caller owns.  ``cancellation`` is
@@ -216,10 +162,7 @@ class Session:
         else:
             feeds, key = fast
             plan = self._plans.get(key)
-        if output_names is None:
-            indices = self._all_outputs
-        else:
-            indices = self._output_indices(output_names)
+        indices = self._all_outputs if output_names is None else self._output_indices(output_names)
         out_arrays = self._validate_out(out, indices) if out else None
         if plan is None:
             plan = self.plan_for(feeds, cancellation)
@@ -239,7 +182,7 @@ class Session:
             # Outputs still live in the run state's slab: copy them out before another run
             # can take the state from the pool.
             if out_arrays is None and indices is self._all_outputs:
-                return [x.copy() if type(x) is np.ndarray else _copy_out(x) for x in results]
+                return [x.copy() if type(x) is np.ndarray else copy_value(x) for x in results]
             return self._deliver(results, indices, out_arrays)
         finally:
             plan.release(state)
@@ -266,7 +209,7 @@ class Session:
                     np.copyto(target, value)
                 delivered.append(target)
             else:
-                delivered.append(_copy_out(value))
+                delivered.append(copy_value(value))
         return delivered
 
     def plan_for(self, feeds: Sequence[Any], cancellation: Any = None) -> ExecutionPlan:
@@ -313,7 +256,7 @@ class Session:
             state.run(feeds)
         names = self._graph.names
         return {
-            names[v]: _copy_out(x)
+            names[v]: copy_value(x)
             for v, x in enumerate(state.values)
             if x is not None and v < len(names)
         }
@@ -396,10 +339,19 @@ class Session:
             )
 
     def _output_indices(self, names: Sequence[str] | None) -> list[int]:
+        """Indices of the named outputs; None or an empty list means every output, as
+        onnxruntime reads them.  A bare string is refused rather than read as its letters."""
         if names is None:
-            return list(range(len(self._outputs)))
-        if isinstance(names, str):
-            names = [names]
+            return self._all_outputs
+        if isinstance(names, (str, bytes)) or not isinstance(names, (Sequence, np.ndarray)):
+            hint = f"; for one output pass [{names!r}]" if isinstance(names, str) else ""
+            raise SessionError(
+                "invalid_input",
+                f"output_names must be a list of output names (or None for every output), "
+                f"not {type(names).__name__} {names!r}{hint}",
+            )
+        if len(names) == 0:
+            return self._all_outputs
         indices = []
         for n in names:
             if n not in self._output_index:
@@ -556,9 +508,6 @@ else:
 
 def _dims(dims: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if x is None else str(x) for x in dims) + "]"
-
-
-_copy_out = copy_value
 
 
 class Model:

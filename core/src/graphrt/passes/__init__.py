@@ -100,9 +100,10 @@ class PassGraph:
         needed = set(self.outputs)
         keep: list[PassNode] = []
         for n in reversed(self.nodes):
-            if any(o in needed for o in n.outputs if o) or _has_side_effects(n):
+            if not needed.isdisjoint(n.outputs):  # "" (an absent output) is never needed
                 keep.append(n)
-                needed.update(x for x in n.inputs if x)
+                needed.update(n.inputs)
+                needed.discard("")
         keep.reverse()
         removed = len(self.nodes) - len(keep)
         self.nodes = keep
@@ -110,10 +111,6 @@ class PassGraph:
         for name in [c for c in self.constants if c not in live_inputs]:
             del self.constants[name]
         return removed
-
-
-def _has_side_effects(node: PassNode) -> bool:
-    return False
 
 
 class GraphPass:

@@ -32,15 +32,16 @@ class ConstantFolding(GraphPass):
         changed = False
         kept = []
         room = ctx.max_memory  # what folded constants may still take
-        for node in graph.nodes:
-            check_cancelled(ctx.cancellation)
-            if not self._foldable(node, graph):
-                kept.append(node)
-                continue
-            kernel = ctx.make_kernel(node)
-            args = [graph.constants[x] if x else None for x in node.inputs]
-            try:
-                with np.errstate(all="ignore"):
+        # one errstate for the whole pass (entered per node, it cost as much as a small fold)
+        with np.errstate(all="ignore"):
+            for node in graph.nodes:
+                check_cancelled(ctx.cancellation)
+                if not self._foldable(node, graph):
+                    kept.append(node)
+                    continue
+                kernel = ctx.make_kernel(node)
+                args = [graph.constants[x] if x else None for x in node.inputs]
+                try:
                     values = evaluate_node(
                         kernel,
                         args,
@@ -48,30 +49,31 @@ class ConstantFolding(GraphPass):
                         exact=ctx.exact,
                         limits=RunLimits(max(room, 0)),
                     )
-            except SessionError as exc:
-                if exc.kind != "resource_exhausted":
-                    raise
-                kept.append(node)  # too large to keep: computed by the plan or refused there
-                continue
-            except Exception:  # leave it to run time, where the error names the run
-                kept.append(node)
-                continue
-            if any(v is None for v, o in zip(values, node.outputs) if o):
-                kept.append(node)
-                continue
-            for name, value in zip(node.outputs, values):
-                if name:
-                    graph.constants[name] = value
-                    if isinstance(value, np.ndarray) and value.flags.owndata:  # not a view
-                        room -= value.nbytes
-            changed = True
+                except SessionError as exc:
+                    if exc.kind != "resource_exhausted":
+                        raise
+                    kept.append(node)  # too large to keep: computed by the plan or refused there
+                    continue
+                except Exception:  # leave it to run time, where the error names the run
+                    kept.append(node)
+                    continue
+                if any(v is None for v, o in zip(values, node.outputs) if o):
+                    kept.append(node)
+                    continue
+                for name, value in zip(node.outputs, values):
+                    if name:
+                        graph.constants[name] = value
+                        if isinstance(value, np.ndarray) and value.flags.owndata:  # not a view
+                            room -= value.nbytes
+                changed = True
         graph.nodes = kept
         return changed
 
     @staticmethod
     def _foldable(node, graph: PassGraph) -> bool:
-        if not evaluable_early(node.info):
+        # constant inputs first: a dict lookup each, where evaluable_early walks attributes
+        if not all((not x) or x in graph.constants for x in node.inputs):
             return False
         if node.op_type == "Dropout" and len(node.inputs) > 2 and node.inputs[2]:
             return False
-        return all((not x) or x in graph.constants for x in node.inputs)
+        return evaluable_early(node.info)

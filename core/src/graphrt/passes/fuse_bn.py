@@ -29,27 +29,49 @@ class FuseBatchNormIntoConv(GraphPass):
         for n in graph.nodes:
             for x in dict.fromkeys(n.inputs):  # nodes, as graph.consumers counts them
                 readers[x] = readers.get(x, 0) + 1
+        # How many constants see each memory owner (an array, or the array a view is of): a
+        # weight whose owner another constant sees too is never rewritten in place.
+        owners: dict[int, int] = {}
+        for v in graph.constants.values():
+            if isinstance(v, np.ndarray):
+                key = id(_owner(v))
+                owners[key] = owners.get(key, 0) + 1
+        # The node list is rebuilt once at the end (a graph.replace per fusion rebuilt it per
+        # BatchNormalization): the fused node takes the BatchNormalization's slot, as replace
+        # puts it, and the Conv's slot empties.
+        nodes: list[PassNode | None] = list(graph.nodes)
+        slot = {id(n): i for i, n in enumerate(nodes)}
         changed = False
         for bn in list(graph.nodes):
             if bn.op_type != "BatchNormalization":
                 continue
-            fused = self._fuse(graph, bn, producers, readers)
+            fused = self._fuse(graph, bn, producers, readers, owners)
             if fused is not None:
                 conv, new = fused
-                graph.replace([conv, bn], new)
+                at = slot[id(bn)]
+                nodes[slot[id(conv)]] = None
+                nodes[at] = new
+                slot[id(new)] = at
                 for x in new.inputs[1:]:  # its new weights (the Conv's input keeps its count)
                     readers[x] = readers.get(x, 0) + 1
                 producers.update((o, new) for o in new.outputs if o)
                 changed = True
+        if changed:
+            graph.nodes[:] = [n for n in nodes if n is not None]  # the same list, edited
         return changed
 
     def _fuse(
-        self, graph: PassGraph, bn: PassNode, producers: dict, readers: dict[str, int]
+        self,
+        graph: PassGraph,
+        bn: PassNode,
+        producers: dict,
+        readers: dict[str, int],
+        owners: dict[int, int],
     ) -> tuple[PassNode, PassNode] | None:
         if len([o for o in bn.outputs if o]) != 1 or bn.info.attrs.get("training_mode", 0):
             return None
-        if bn.info.opset < 7 and not bn.info.attrs.get("is_test", 0) and bn.info.opset < 6:
-            return None
+        if bn.info.opset < 7 and not bn.info.attrs.get("is_test", 0):
+            return None  # before opset 7, is_test=0 (the default) is training mode
         if bn.info.attrs.get("spatial", 1) != 1:
             return None
         conv = producers.get(bn.inputs[0])
@@ -71,9 +93,26 @@ class FuseBatchNormIntoConv(GraphPass):
             return None
         # One pass over the weights: the product in float64, rounded once into w's type (the
         # bits of ``(w.astype(f64) * s).astype(w.dtype)``, without two float64 copies of W).
-        w2 = np.empty_like(w)
+        # A weight only this Conv reads, whose memory no other constant sees and the session
+        # owns (initializers and folded values are new arrays) is rewritten in place: the old
+        # one is dead after the fusion, and a large model's weights are not written twice into
+        # fresh memory.
+        name = conv.inputs[1]
+        owner = _owner(w)
+        in_place = (
+            readers.get(name) == 1
+            and conv.inputs.count(name) == 1
+            and not graph.is_graph_output(name)
+            and isinstance(owner, np.ndarray)
+            and owner.base is None
+            and owners.get(id(owner)) == 1
+            and w.flags.writeable
+        )
+        w2 = w if in_place else np.empty_like(w)
         col = s.reshape((-1,) + (1,) * (w.ndim - 1))
         np.multiply(w, col, out=w2, dtype=np.float64, casting="unsafe")
+        if in_place:
+            del graph.constants[name]  # its values are the fused ones now
         b0 = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
         b2 = ((b0 - mean) * s + bias).astype(w.dtype)
         inputs = [
@@ -85,3 +124,8 @@ class FuseBatchNormIntoConv(GraphPass):
         # writes the BatchNormalization's output.
         info = dataclasses.replace(conv.info, inputs=tuple(inputs), outputs=tuple(bn.outputs))
         return conv, PassNode(info, conv.op_def, inputs, list(bn.outputs))
+
+
+def _owner(a: np.ndarray) -> object:
+    """The object whose memory ``a`` is (numpy points a view's base at the owner)."""
+    return a if a.base is None else a.base

@@ -15,7 +15,8 @@ def int_values(ctx: InferContext, i: int) -> list[int]:
     Raises NeedsRunTimeValues at plan time when the input is not a constant, so the node
     becomes dynamic: only call it for inputs an output shape depends on.
     """
-    return [int(v) for v in np.asarray(ctx.value(i)).reshape(-1)]
+    # tolist() first: int() of Python numbers, not of one numpy scalar per element
+    return [int(v) for v in np.asarray(ctx.value(i)).reshape(-1).tolist()]
 
 
 def int_scalar(kernel: OpKernel, ctx: InferContext, i: int, what: str) -> int:

@@ -1,5 +1,7 @@
 """Conv and FusedConv on the native convolution, falling back to the table's numpy kernel.
 
+(Exact mode: the native exact GEMM on an im2col copy, :mod:`.conv_exact`.)
+
 ``infer`` lets the numpy kernel validate and plan the node on a probe context (its errors, its
 output type, its geometry), then takes the native convolution for a fast-mode float32 2-D
 convolution with a constant weight and at least ``MIN_GROUP_CHANNELS`` output channels per group
@@ -34,7 +36,7 @@ from graphrt_ops_basic import conv as basic_conv
 from graphrt_ops_basic import fused as basic_fused
 from graphrt_ops_basic._geometry import call_all
 
-from . import _native
+from . import _native, conv_exact
 from .elementwise import native_gelu_call
 from .fused import GeluTailFallback, native_gelu
 from .kernels import NativeKernel, trial_infer
@@ -58,7 +60,7 @@ class _Plan:
 
 
 class Conv(NativeKernel):
-    plan_type = _Plan
+    plan_type = (_Plan, conv_exact.ExactPlan)  # fast mode's native plan, or exact mode's
 
     def fused_activation(self) -> str:
         return ""
@@ -67,9 +69,10 @@ class Conv(NativeKernel):
         trial = trial_infer(self.base, ctx)
         plan = trial.prepared
         (dtype, out_shape), *_ = trial.output_types()
+        if ctx.exact:  # the native exact GEMM on im2col (conv_exact.py), else numpy's
+            return conv_exact.infer(self, ctx, trial)
         if (
-            ctx.exact
-            or self.isa not in FAST_ISAS
+            self.isa not in FAST_ISAS
             or not isinstance(plan, basic_conv._Plan)
             or dtype != F32
             or any(ctx.dtype(i) != F32 for i in range(ctx.num_inputs) if ctx.has_input(i))
@@ -113,6 +116,8 @@ class Conv(NativeKernel):
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
+        if isinstance(ctx.prepared, conv_exact.ExactPlan):
+            return conv_exact.bind(self, ctx, inputs, outputs)
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
         z = inputs[3] if p.residual else None

@@ -119,6 +119,11 @@ class NativeKernel(OpKernel):
     def fallback(self, ctx: InferContext) -> None:
         self.base.infer(ctx)
 
+    def runs_natively(self, prepared: Any) -> bool:
+        """Whether a step planned as ``prepared`` runs this native kernel (``graphrt explain``
+        and ``check`` ask, per mode) rather than the numpy kernel it wraps."""
+        return isinstance(prepared, self.plan_type)
+
     def assembled_offsets(
         self, input_shapes: Sequence[tuple[int, ...]], output_shape: tuple[int, ...]
     ) -> list[int] | None:

@@ -14,6 +14,10 @@
 #include "binding.h"
 #include "pool.h"
 
+#if defined(__linux__)
+#include <sys/mman.h>  // madvise: huge pages for large packed weights
+#endif
+
 namespace graphrt_simd {
 
 namespace {
@@ -31,6 +35,10 @@ constexpr int64_t LANES_MIN_DEPTH = 64;
 // stream kernel) instead of packing them: with more, the packed panel serves enough channel
 // tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms).
 constexpr int64_t STREAM_MAX_CHANNELS = 256;
+
+// Packed weights from HUGE_PACK_BYTES on are aligned to (and advised onto) huge pages.
+constexpr size_t HUGE_PAGE_BYTES = size_t(2) << 20;
+constexpr size_t HUGE_PACK_BYTES = size_t(4) << 20;
 
 // Channels per staging block (stage() spreads them over the plugin's threads).
 constexpr int64_t STAGE_CHANNELS = 16;
@@ -317,23 +325,40 @@ public:
 
 private:
     void pack_weight(const InArray& w) {
-        const size_t bytes =
-            ((static_cast<size_t>(per_group_ * group_) * sizeof(float) + 63) / 64) * 64;
-        packed_.reset(static_cast<float*>(std::aligned_alloc(64, bytes > 0 ? bytes : 64)));
+        // a large weight on huge pages where the OS offers them: its first touch (below) was a
+        // page fault per 4 KiB, much of a large model's planning time
+        const size_t want = static_cast<size_t>(per_group_ * group_) * sizeof(float);
+        const size_t align = want >= HUGE_PACK_BYTES ? HUGE_PAGE_BYTES : 64;
+        const size_t bytes = want > 0 ? (want + align - 1) / align * align : align;
+        packed_.reset(static_cast<float*>(std::aligned_alloc(align, bytes)));
         if (!packed_) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+        if (align == HUGE_PAGE_BYTES) madvise(packed_.get(), bytes, MADV_HUGEPAGE);  // a hint
+#endif
         const ConvShape& s = shape_;
-        std::vector<float> dense(static_cast<size_t>(m_ * k_));
         const float* pw = static_cast<const float*>(w.data());
-        for (int64_t o = 0; o < m_; ++o)  // w in any strides -> dense (m, k) rows
-            for (int64_t ci = 0; ci < s.c; ++ci)
-                for (int64_t y = 0; y < s.kh; ++y)
-                    for (int64_t x = 0; x < s.kw; ++x)
-                        dense[o * k_ + (ci * s.kh + y) * s.kw + x] =
-                            pw[o * w.stride(0) + ci * w.stride(1) + y * w.stride(2) +
-                               x * w.stride(3)];
+        // a C-contiguous w already is the dense (m, k) rows the packing reads: no copy (a copy
+        // of the whole weight was most of a large model's planning time)
+        bool dense_w = true;
+        int64_t expect = 1;
+        for (size_t d = 4; d-- > 0;) {
+            if (w.shape(d) > 1 && w.stride(d) != expect) dense_w = false;
+            expect *= static_cast<int64_t>(w.shape(d));
+        }
+        std::vector<float> dense;
+        if (!dense_w) {
+            dense.resize(static_cast<size_t>(m_ * k_));
+            const int64_t s0 = w.stride(0), s1 = w.stride(1), s2 = w.stride(2), s3 = w.stride(3);
+            for (int64_t o = 0; o < m_; ++o)  // w in any strides -> dense (m, k) rows
+                for (int64_t ci = 0; ci < s.c; ++ci)
+                    for (int64_t y = 0; y < s.kh; ++y)
+                        for (int64_t x = 0; x < s.kw; ++x)
+                            dense[o * k_ + (ci * s.kh + y) * s.kw + x] =
+                                pw[o * s0 + ci * s1 + y * s2 + x * s3];
+            pw = dense.data();
+        }
         for (int64_t g = 0; g < group_; ++g)
-            isa_->conv_pack_w(mg_, k_, dense.data() + g * mg_ * k_,
-                              packed_.get() + g * per_group_);
+            isa_->conv_pack_w(mg_, k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
     }
 
     void check_x(const InArray& x) const {

@@ -117,7 +117,8 @@ class FuseAttentionHeads(GraphPass):
             shape = made.get(s.reshape.inputs[1])
             if shape is None:
                 shape = made[s.reshape.inputs[1]] = _merged_shape(graph, s)
-            out = s.reshape.outputs[0]
+            # a new name: declared shapes (value_info) of the 4-D split no longer hold
+            out = _fresh(graph, s.reshape.outputs[0] + "_3d")
             graph.replace(
                 [s.reshape],
                 rewired(s.reshape, [s.reshape.inputs[0], shape], [out], s.reshape.info.attrs),
