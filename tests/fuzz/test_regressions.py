@@ -152,6 +152,17 @@ def maxpool_huge_same_kernel() -> Case:
     return Case("MaxPool", model([node], [x_input([None] * 4)], [], 12), {"x": x})
 
 
+def maxpool_indices_huge_pad() -> Case:
+    """Found by ``tox -e fuzz``: MaxPool's Indices offsets were made at infer, an int64 array
+    of Y's size (4 GiB for pads of 2**29) before the budget refused the 14 GiB plan."""
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y", "idx"], kernel_shape=[2], pads=[0, 2**29], strides=[3]
+    )
+    x = np.zeros((3, 7, 5), np.uint8)
+    case = model([node], [x_input([None] * 3, TensorProto.UINT8)], [], 22)
+    return Case("MaxPool", case, {"x": x}, options={"max_memory": 256 << 20, "mode": "exact"})
+
+
 OPEN = "issue 13 fuzz finding, routed to the lead: "
 FIXED = "issue 13 fuzz finding, fixed: "
 CASES = {
@@ -204,6 +215,10 @@ CASES = {
     "maxpool_huge_same_kernel": (
         maxpool_huge_same_kernel,
         FIXED + "windows of more than 2**18 taps are refused before any path plans them",
+    ),
+    "maxpool_indices_huge_pad": (
+        maxpool_indices_huge_pad,
+        FIXED + "MaxPool's Indices offsets are made at the plan's first bind, after the budget",
     ),
     "tile_huge_repeats": (
         tile_huge_repeats,

@@ -55,8 +55,7 @@ class _Indices:
     tap: int  # scratch (int64, Y's shape): the winning tap
     taps: tuple[np.ndarray, ...]  # 0-d int64 tap numbers
     offsets: np.ndarray  # per tap: its offset in X's flattened image
-    base: np.ndarray  # per output position: where its window starts in the flattened image
-    image: np.ndarray  # (N, C, 1...): where each image and channel starts in flattened X
+    starts: _WindowStarts  # base and image, made at the plan's first bind
 
 
 def _compute_type(dtype: np.dtype, exact: bool) -> np.dtype:
@@ -216,17 +215,11 @@ class MaxPool(_Pool):
             [sum(t * d * st for t, d, st in zip(tap, w.dilations, steps)) for tap in w.taps()],
             np.int64,
         )
-        base = np.zeros(w.out, np.int64)
-        for a, (o, s, b, st) in enumerate(zip(w.out, w.strides, w.begin, steps)):
-            axis = (np.arange(o, dtype=np.int64) * s - b) * st
-            base += axis.reshape((-1,) + (1,) * (len(w.out) - a - 1))
-        image = np.arange(x[0] * x[1], dtype=np.int64) * math.prod(spatial)
-        image = image.reshape(x[0], x[1], *(1,) * len(w.out))
         out = (*x[:2], *w.out)
         taps = tuple(np.array(t, np.int64) for t in range(len(offsets)))
         return _Indices(
-            ctx.add_scratch(np.bool_, out), ctx.add_scratch(np.int64, out), taps, offsets, base,
-            image,
+            ctx.add_scratch(np.bool_, out), ctx.add_scratch(np.int64, out), taps, offsets,
+            _WindowStarts(w, tuple(x[:2]), tuple(steps)),
         )  # fmt: skip
 
     def program(
@@ -257,10 +250,36 @@ class MaxPool(_Pool):
             calls.append(functools.partial(np.greater, views[t], y, out=mask))
             calls.append(functools.partial(np.copyto, y, views[t], where=mask))
             calls.append(functools.partial(np.copyto, tap, q.taps[t], where=mask))
+        base, image = q.starts.value()
         calls.append(functools.partial(np.take, q.offsets, tap, out=idx, mode="clip"))
-        calls.append(functools.partial(np.add, idx, q.base, out=idx))
-        calls.append(functools.partial(np.add, idx, q.image, out=idx))
+        calls.append(functools.partial(np.add, idx, base, out=idx))
+        calls.append(functools.partial(np.add, idx, image, out=idx))
         return functools.partial(call_all, calls)
+
+
+class _WindowStarts:
+    """MaxPool's Indices offsets: where each output position's window starts in the flattened
+    image (Y's spatial shape) and where each (image, channel) starts in flattened X.  Made at
+    the plan's first bind, like AveragePool's divisor: by then the budget has accepted the
+    plan holding Y, so pads of 2**29 are refused before an array of Y's size exists."""
+
+    __slots__ = ("_value", "lead", "steps", "w")
+
+    def __init__(self, w: Window, lead: tuple[int, ...], steps: tuple[int, ...]) -> None:
+        self.w, self.lead, self.steps = w, lead, steps
+        self._value: tuple[np.ndarray, np.ndarray] | None = None
+
+    def value(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._value is None:  # run states binding at once compute the same arrays
+            w = self.w
+            base = np.zeros(w.out, np.int64)
+            for a, (o, s, b, st) in enumerate(zip(w.out, w.strides, w.begin, self.steps)):
+                axis = (np.arange(o, dtype=np.int64) * s - b) * st
+                base += axis.reshape((-1,) + (1,) * (len(w.out) - a - 1))
+            n, c = self.lead
+            image = np.arange(n * c, dtype=np.int64) * math.prod(w.spatial)
+            self._value = (base, image.reshape(n, c, *(1,) * len(w.out)))
+        return self._value
 
 
 class AveragePool(_Pool):
