@@ -163,6 +163,17 @@ def maxpool_indices_huge_pad() -> Case:
     return Case("MaxPool", case, {"x": x}, options={"max_memory": 256 << 20, "mode": "exact"})
 
 
+def exact_conv_huge_pad() -> Case:
+    """Found by ``tox -e fuzz``: the native exact Conv cut an output of 2**32 rows into blocks
+    at infer, one tuple entry each, before the budget saw the plan (a hang, then 5 GiB)."""
+    w = numpy_helper.from_array(np.ones((8, 8, 2, 2), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[2, 2], pads=[2**31] * 4)
+    x = np.ones((2, 8, 5, 5), np.float32)
+    paths = ("numpy", "auto", "scalar")
+    case = model([node], [x_input(x.shape)], [w], 11)
+    return Case("Conv", case, {"x": x}, paths, {"mode": "exact", "max_memory": 256 << 20})
+
+
 OPEN = "issue 13 fuzz finding, routed to the lead: "
 FIXED = "issue 13 fuzz finding, fixed: "
 CASES = {
@@ -219,6 +230,10 @@ CASES = {
     "maxpool_indices_huge_pad": (
         maxpool_indices_huge_pad,
         FIXED + "MaxPool's Indices offsets are made at the plan's first bind, after the budget",
+    ),
+    "exact_conv_huge_pad": (
+        exact_conv_huge_pad,
+        FIXED + "an output beyond 2**22 row blocks is left to the table's kernel (refused)",
     ),
     "tile_huge_repeats": (
         tile_huge_repeats,

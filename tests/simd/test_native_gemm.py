@@ -157,14 +157,52 @@ def test_fast_paths_agree_within_tolerance_and_repack():
         np.testing.assert_allclose(outs[isa], a @ b2, rtol=1e-5, atol=1e-4)
 
 
-def test_pack_b_reads_any_strides():
+@pytest.mark.parametrize("isa", ALL_PATHS)
+def test_pack_b_reads_any_strides(isa):
+    path_or_skip(isa)
     rng = np.random.default_rng(10)
     big = _rand(rng, 80, 90)
     b = big[::-2, 3::3].T  # negative and non-unit strides
     a = _rand(rng, 9, b.shape[0])
     out = np.empty((9, b.shape[1]), np.float32)
-    simd.gemm(a, simd.pack_b(b, "scalar"), out)
+    simd.gemm(a, simd.pack_b(b, isa), out)
     np.testing.assert_allclose(out, a @ np.ascontiguousarray(b), rtol=1e-5, atol=1e-4)
+
+
+# B as views of other arrays: transposed (Gemm transB=1, packed column by column), with
+# negative and non-unit strides on either axis, and row-major views (packed row by row).
+B_VIEWS = {
+    "transposed": lambda w, k, n: w[:n, :k].T,
+    "transposed_rows_reversed": lambda w, k, n: w[:n, :k][::-1].T,
+    "transposed_cols_reversed": lambda w, k, n: w[:n, :k][:, ::-1].T,
+    "transposed_stepped": lambda w, k, n: w[: 2 * n : 2, : 3 * k : 3].T,
+    "rows_reversed": lambda w, k, n: w[:k, :n][::-1],
+    "columns_stepped": lambda w, k, n: w[:k, : 2 * n : 2],
+}
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("view", sorted(B_VIEWS))
+@pytest.mark.parametrize(
+    ("k", "n"), [(1, 1), (1, 45), (300, 1), (64, 32), (65, 33), (129, 70), (257, 17), (3, 100)]
+)
+def test_pack_b_of_a_view_gives_the_bits_of_its_contiguous_copy(isa, view, k, n):
+    """Packing reads B in whichever order suits its strides; the panels, and so every
+    product, must be those of the contiguous copy: I @ B is B itself, bit for bit."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(k * 1009 + n)
+    b = B_VIEWS[view](_rand(rng, 3 * max(k, n), 3 * max(k, n)), k, n)
+    assert b.shape == (k, n)
+    contiguous = np.ascontiguousarray(b)
+    eye = np.eye(k, dtype=np.float32)
+    out = np.full((k, n), np.nan, np.float32)
+    simd.gemm(eye, simd.pack_b(b, isa), out)
+    np.testing.assert_array_equal(bits(out), bits(contiguous))
+    a = _rand(rng, 7, k)
+    got, want = np.empty((7, n), np.float32), np.empty((7, n), np.float32)
+    simd.gemm(a, simd.pack_b(b, isa), got)
+    simd.gemm(a, simd.pack_b(contiguous, isa), want)
+    np.testing.assert_array_equal(bits(got), bits(want))
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)

@@ -64,6 +64,9 @@ MAX_COPIES = 8
 #: The most bytes of one column matrix; a larger one is built and multiplied in blocks of
 #: output rows (a 3x3 layer of 64 channels on a 512 x 512 map would need 600 MiB at once).
 COLS_BYTES = 1 << 25
+#: The most row blocks a plan holds (a 32 MiB column matrix each: 128 TiB of output rows);
+#: beyond it the output cannot fit any budget and the table's kernel plans the refusal.
+MAX_BLOCKS = 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +113,8 @@ def infer(kernel: Any, ctx: InferContext, trial: InferContext) -> None:
     st = staging(w, split=True)
     oh, ow = w.out[0], positions // w.out[0]
     per = max(1, COLS_BYTES // (4 * g * (depth + 1) * ow))  # output rows per block
+    if oh > per * MAX_BLOCKS:  # an output no budget admits (pads of 2**31): nothing to plan
+        return kernel.fallback(ctx)
     blocks = ((0, oh),) if taps == 1 or per >= oh else _runs(oh, per)
     vec = VECTOR.get(isa, 1)
     width = (blocks[0][1] - blocks[0][0]) * ow
