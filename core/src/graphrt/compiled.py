@@ -12,7 +12,7 @@ from graphrt.attrs import node_info
 from graphrt.errors import PluginError, SessionError
 from graphrt.functions import inline_functions
 from graphrt.ir import IrModel, ValueDecl, check_cancelled, graph_outer_reads, iter_subgraphs
-from graphrt.kernel import NodeInfo, OpDef, OpKernel
+from graphrt.kernel import KernelFlags, NodeInfo, OpDef, OpKernel
 from graphrt.limits import DEFAULT_MAX_MEMORY
 from graphrt.passes import PassContext, PassGraph, PassNode, builtin_passes
 from graphrt.paths import KernelPath
@@ -31,6 +31,8 @@ class CNode:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     plugin: str
+    #: The operator's flags from its OpDef (a kernel path's kernel runs under them too).
+    flags: KernelFlags
 
 
 @dataclasses.dataclass
@@ -133,7 +135,11 @@ def compile_model(
 
     graph = PassGraph(nodes, constants, [d.name for d in ir.inputs], [d.name for d in ir.outputs])
     dropped = graph.remove_dead()
-    ctx = PassContext(exact, level, make_kernel, lookup, cancellation, max_memory)
+
+    def flags_of(node: PassNode, kernel: OpKernel) -> KernelFlags:
+        return _kernel_flags(node, kernel, path)
+
+    ctx = PassContext(exact, level, make_kernel, lookup, cancellation, max_memory, flags_of)
     passes_run = []
     for p in builtin_passes() + list(table.passes):
         if p.selected(level, exact):
@@ -167,6 +173,7 @@ def compile_model(
                 inputs=tuple(vid(x) for x in n.inputs),
                 outputs=tuple(vid(x) for x in n.outputs),
                 plugin=n.op_def.plugin,
+                flags=flags_of(n, kernel),
             )
         )
     output_ids = [vid(d.name) for d in ir.outputs]
@@ -323,6 +330,18 @@ def _check_exact(nodes: list[PassNode], table: OperatorTable, opsets: dict[str, 
             "with exact kernels for them",
             operators=lacking,
         )
+
+
+def _kernel_flags(node: PassNode, kernel: OpKernel, path: KernelPath | None) -> KernelFlags:
+    """The flags a node is planned with: its OpDef's.  A kernel path's kernel (an object of
+    the path's own class, made by a function) is planned with its class's in-place, view and
+    data-dependence flags, which may be narrower than the table's (the native
+    LayerNormalization does not run in place); its exact support is the OpDef's, as the exact
+    check (``_check_exact``) reads it."""
+    flags = node.op_def.kernel_flags
+    if path is None or (node.info.domain, node.op_type) not in path.kernels:
+        return flags
+    return dataclasses.replace(KernelFlags.of(kernel), supports_exact=flags.supports_exact)
 
 
 def _build_kernel(node: PassNode, path: KernelPath | None) -> OpKernel:

@@ -133,7 +133,7 @@ def plan_report(plan: ExecutionPlan) -> dict[str, Any]:
             late = [names[v] for v in node.inputs if v >= 0 and v in dynamic_so_far]
             if late:
                 reason = f"reads run-time shaped {', '.join(late)}"
-            elif node.kernel.outputs_data_dependent:
+            elif node.flags.outputs_data_dependent:
                 reason = "output shapes depend on input values"
             elif any(
                 plan.types.get(o) is not None and plan.types[o].dtype == np.dtype(object)

@@ -17,17 +17,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.errors import SessionError
+from graphrt.errors import PluginError, SessionError
 from graphrt.limits import check_holdable
 
 __all__ = [
+    "FLAG_NAMES",
     "InferContext",
     "KernelContext",
+    "KernelFlags",
     "NeedsRunTimeValues",
     "NodeInfo",
     "OpDef",
@@ -135,12 +138,43 @@ class OpKernel:
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelFlags:
+    """The flags of one operator's kernel, as the planner and the session read them.
+
+    Read from an :class:`OpDef` (``op_def.kernel_flags``), never from a kernel object: a
+    factory that is a function has no class to read, and the planner must know the flags of
+    every node before it builds or runs anything.  The meaning of each is on :class:`OpKernel`.
+    """
+
+    supports_exact: bool = False
+    in_place_input: int | None = None
+    view_of_input: bool = False
+    outputs_data_dependent: bool = False
+    infers_when_static: bool = False
+
+    @classmethod
+    def of(cls, source: Any) -> KernelFlags:
+        """The flags a kernel class (a KernelRef, a kernel object) sets, defaults elsewhere."""
+        return cls(**{name: getattr(source, name, getattr(cls, name)) for name in FLAG_NAMES})
+
+
+#: Every flag an OpDef may declare (``OpDef(..., flags={"supports_exact": True})``).
+FLAG_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KernelFlags))
+
+
+@dataclasses.dataclass(frozen=True)
 class OpDef:
     """One line of a plugin's operator table.
 
     ``since`` and ``until`` bound the opset versions (of ``domain``) the kernel implements,
     both inclusive; ``until=None`` means every later version.  ``priority`` settles two plugins
     claiming the same operator: the higher wins, a tie is an error naming both.
+
+    The kernel's flags are declared once per line: read from the kernel class when the factory
+    is one (or a :class:`graphrt.lazy.KernelRef`, read when first needed), and given as
+    ``flags={"supports_exact": True, ...}`` when the factory is a function (given for a class,
+    they override its attributes).  The session reads them here only (:attr:`kernel_flags`);
+    an unknown name is refused when the plugin's table is registered (:meth:`check_flags`).
     """
 
     op_type: str
@@ -151,6 +185,46 @@ class OpDef:
     priority: int = 0
     #: Filled in by the plugin manager: the plugin that provided this definition.
     plugin: str = ""
+    #: Declared flags (names from :data:`FLAG_NAMES`); None or empty: the factory class's own.
+    flags: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.flags is not None:  # a read-only copy: the caller's dict may change later
+            object.__setattr__(self, "flags", types.MappingProxyType(dict(self.flags)))
+
+    @property
+    def label(self) -> str:
+        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
+
+    def check_flags(self) -> None:
+        """Refuse declared flags that are unknown or of the wrong type (PluginError naming the
+        plugin and operator): called when a plugin's table is registered."""
+        declared = dict(self.flags or {})
+        who = f"plugin {self.plugin!r}, operator {self.label}" if self.plugin else self.label
+        unknown = sorted(set(declared) - set(FLAG_NAMES))
+        if unknown:
+            raise PluginError(
+                f"{who}: unknown kernel flag(s) {', '.join(map(repr, unknown))} in OpDef.flags; "
+                f"known flags: {', '.join(FLAG_NAMES)}"
+            )
+        for name, value in declared.items():
+            if name == "in_place_input":
+                ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
+                ok = ok and (value is None or value >= 0)
+            else:
+                ok = isinstance(value, bool)
+            if not ok:
+                want = "an input index or None" if name == "in_place_input" else "True or False"
+                raise PluginError(f"{who}: kernel flag {name!r} is {value!r}, expected {want}")
+
+    @functools.cached_property
+    def kernel_flags(self) -> KernelFlags:
+        """The flags the session plans and checks this operator with (computed once; for a
+        KernelRef factory this imports the kernel's module)."""
+        factory = self.factory
+        is_class = isinstance(factory, type) or hasattr(type(factory), "resolve")
+        base = KernelFlags.of(factory) if is_class else KernelFlags()
+        return dataclasses.replace(base, **self.flags) if self.flags else base
 
     def covers(self, opset: int) -> bool:
         return self.since <= opset and (self.until is None or opset <= self.until)
@@ -162,7 +236,8 @@ class OpDef:
         return lo <= min(hi_a, hi_b)
 
     def flag(self, name: str) -> Any:
-        return getattr(self.factory, name, getattr(OpKernel, name, None))
+        """One of :attr:`kernel_flags` by name."""
+        return getattr(self.kernel_flags, name)
 
     @property
     def opset_range(self) -> str:
@@ -373,6 +448,7 @@ def evaluate_node(
     exact: bool = False,
     pool: Any = None,
     limits: Any = None,
+    flags: KernelFlags | None = None,
 ) -> list[Any]:
     """Run one kernel on concrete inputs, allocating its outputs.
 
@@ -380,9 +456,12 @@ def evaluate_node(
     The result is the same as inside a plan: the same ``infer`` and ``run`` are called.
     ``limits`` (a :class:`graphrt.limits.RunLimits`) bounds what may be allocated: the outputs
     and scratch ``infer`` states are charged before they exist, so a result too large for it
-    is refused (``resource_exhausted``) without being computed.
+    is refused (``resource_exhausted``) without being computed.  ``flags`` are the operator's
+    (its OpDef's ``kernel_flags``); a kernel test may leave them out: the kernel's class's.
     """
-    if kernel.outputs_data_dependent:
+    if flags is None:
+        flags = KernelFlags.of(kernel)
+    if flags.outputs_data_dependent:
         kctx = KernelContext(exact=exact, pool=pool, node=kernel.node, limits=limits)
         kernel.run(kctx, list(inputs), [None] * num_outputs)
         out = list(kctx.allocated) + [None] * (num_outputs - len(kctx.allocated))
@@ -393,7 +472,7 @@ def evaluate_node(
     kernel.infer(ictx)
     consts = ictx.constant_outputs()
     types = ictx.output_types()
-    if kernel.view_of_input:
+    if flags.view_of_input:
         _, shape = types[0]
         return [np.asarray(inputs[0]).reshape(shape)] + [None] * (num_outputs - 1)
     if any(c is not None for c in consts):

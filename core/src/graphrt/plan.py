@@ -177,7 +177,7 @@ def build_plan(
     for node in graph.nodes:
         if cancellation is not None:
             check_cancelled(cancellation)
-        kernel = node.kernel
+        kernel, flags = node.kernel, node.flags
         ins = node.inputs
         if dynamic and any(v in dynamic for v in ins if v >= 0):  # none in a static plan
             steps.append(Step(node, DYNAMIC))
@@ -199,7 +199,7 @@ def build_plan(
             try:
                 with np.errstate(all="ignore"):
                     values = evaluate_node(
-                        kernel, args, len(node.outputs), exact=exact, limits=limits
+                        kernel, args, len(node.outputs), exact=exact, limits=limits, flags=flags
                     )
             except NeedsRunTimeValues:  # pragma: no cover - every input is known here
                 values = None
@@ -218,7 +218,7 @@ def build_plan(
                         )
                 folded += 1
                 continue
-        if kernel.outputs_data_dependent and not kernel.infers_when_static:
+        if flags.outputs_data_dependent and not flags.infers_when_static:
             steps.append(Step(node, DYNAMIC))
             dynamic.update(o for o in node.outputs if o >= 0)
             continue
@@ -261,7 +261,7 @@ def build_plan(
                 types[o] = ValueType(*t)
                 if t[0] == _OBJECT:  # strings cannot live in the slab
                     dynamic.add(o)
-        if kernel.view_of_input:
+        if flags.view_of_input:
             src = ins[0]
             if src in constants:
                 constants[node.outputs[0]] = constants[src].reshape(out_types[0][1])
@@ -386,7 +386,7 @@ def _plan_memory(
             continue
         defs = {o: types[o].nbytes for o in node.outputs if in_slab(o)}
         in_place = None
-        ip = node.kernel.in_place_input
+        ip = node.flags.in_place_input
         if ip is not None and ip < len(node.inputs) and node.outputs and in_slab(node.outputs[0]):
             src, out = node.inputs[ip], node.outputs[0]
             # same type and size, and read through one input only: a kernel may then treat

@@ -319,6 +319,9 @@ def _call_each(
             bad = [item for item in items if not _ITEM_CHECKS[hook](item)]
             if bad:
                 raise TypeError(f"{hook} returned {bad[0]!r} among its items")
+            if hook == "graphrt_operators":
+                for item in items:
+                    item.check_flags()  # an unknown flag name: the plugin's table is refused
         except Exception as exc:
             why = f"{type(exc).__name__}: {exc}"
             _report(name, f"graphrt plugin {name!r}", f"failed in {hook}", why, strict, exc)
@@ -404,6 +407,7 @@ def snapshot(
     ]
 
     for d in _custom_definitions(custom_kernels):
+        d.check_flags()
         defs.setdefault((d.domain, d.op_type), []).append(d)
 
     passes.sort(key=lambda p: getattr(p, "order", 0))  # stable: equal orders keep call order

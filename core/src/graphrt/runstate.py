@@ -220,9 +220,10 @@ class RunState:
         kernel = node.kernel
         values = self.values
         ins = [values[v] if v >= 0 else None for v in node.inputs]
-        if kernel.view_of_input and not isinstance(ins[0], np.ndarray):
+        flags = node.flags
+        if flags.view_of_input and not isinstance(ins[0], np.ndarray):
             outs = [ins[0]]  # Identity of a sequence or an optional: the value itself
-        elif kernel.outputs_data_dependent:
+        elif flags.outputs_data_dependent:
             kctx.allocated = []
             kernel.run(kctx, ins, [None] * len(node.outputs))
             outs = kctx.allocated + [None] * (len(node.outputs) - len(kctx.allocated))
@@ -241,7 +242,7 @@ class RunState:
                 check_holdable_types(graph, node, known.types, known.scratch, "invalid_input")
                 kctx.inferred = known if known.read is not None else None
             types, consts = known.types, known.consts
-            if kernel.view_of_input:
+            if flags.view_of_input:
                 outs = [ins[0].reshape(types[0][1])]
             elif any(c is not None for c in consts):
                 outs = consts

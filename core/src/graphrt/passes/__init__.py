@@ -50,6 +50,9 @@ class PassContext:
     cancellation: Any = None
     #: The session's memory budget (bytes): constant folding keeps what it folds within it.
     max_memory: int = 2**31
+    #: ``kernel_flags(node, kernel)``: the flags a node built by ``make_kernel`` runs under
+    #: (its OpDef's; a kernel path's kernel's own planning flags).  None: the OpDef's.
+    kernel_flags: Callable[[PassNode, Any], Any] | None = None
 
 
 class PassGraph:

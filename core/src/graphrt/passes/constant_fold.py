@@ -48,6 +48,11 @@ class ConstantFolding(GraphPass):
                         len(node.outputs),
                         exact=ctx.exact,
                         limits=RunLimits(max(room, 0)),
+                        flags=(
+                            ctx.kernel_flags(node, kernel)
+                            if ctx.kernel_flags is not None
+                            else node.op_def.kernel_flags
+                        ),
                     )
                 except SessionError as exc:
                     if exc.kind != "resource_exhausted":

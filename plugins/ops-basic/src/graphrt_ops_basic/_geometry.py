@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, OpKernel
+from graphrt.plugin import KernelContext, OpKernel
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, OpKernel
+from graphrt.plugin import KernelContext, OpKernel
 
 #: Run-time index arrays of at most this many values are checked as Python ints (min, max, a
 #: set): cheaper than numpy reductions, about a microsecond each.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphrt.kernel import OpKernel
+from graphrt.plugin import OpKernel
 
 #: kind -> (accepted Python types, a list of them?, how to say it)
 _KINDS = {

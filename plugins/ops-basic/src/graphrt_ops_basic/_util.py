@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphrt.kernel import InferContext
+from graphrt.plugin import InferContext
 
 FLOAT_KINDS = "fc"
 _CANONICAL_NAN = {

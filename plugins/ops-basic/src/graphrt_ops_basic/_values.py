@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphrt.kernel import InferContext, OpKernel
+from graphrt.plugin import InferContext, OpKernel
 
 
 def int_values(ctx: InferContext, i: int) -> list[int]:

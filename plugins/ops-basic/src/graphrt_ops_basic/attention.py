@@ -52,9 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.dtypes import from_onnx
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
-from graphrt.proto import TensorProto
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, TensorProto, from_onnx
 
 from ._util import constant, is_float
 from .attention_mask import BiasPlan, build_bias, mask_fits, plan_bias

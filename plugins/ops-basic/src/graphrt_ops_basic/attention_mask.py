@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext
+from graphrt.plugin import InferContext
 
 from ._util import constant
 

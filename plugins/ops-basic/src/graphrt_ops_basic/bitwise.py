@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.dtypes import from_onnx, name_of
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, from_onnx, name_of
 
 from .binary import Binary
 from .unary import Unary

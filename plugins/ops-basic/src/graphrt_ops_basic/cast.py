@@ -21,9 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt import dtypes
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
-from graphrt.proto import TensorProto
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, TensorProto, from_onnx
 
 from ._util import constant, is_float, same_storage
 
@@ -44,7 +42,7 @@ OBJECT = np.dtype(object)
 def onnx_to_numpy(code: int) -> np.dtype | None:
     """The numpy dtype of an ONNX element type, or None when there is none."""
     try:
-        return dtypes.from_onnx(code)
+        return from_onnx(code)
     except KeyError:
         pass
     for name, ml_name in _EXTRA_TYPES.items():

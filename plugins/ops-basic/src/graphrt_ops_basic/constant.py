@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrt.kernel import InferContext, NodeInfo, OpKernel
-from graphrt.proto import to_array
+from graphrt.plugin import InferContext, NodeInfo, OpKernel, to_array
 
 
 class Constant(OpKernel):

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 
 from ._geometry import Staging, Window, call_all, staging
 from ._util import _CANONICAL_NAN, rewrite_nan

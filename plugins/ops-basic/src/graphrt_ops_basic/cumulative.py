@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant, needs_nan_rewrite, rewrite_nan
 from ._values import axis_in

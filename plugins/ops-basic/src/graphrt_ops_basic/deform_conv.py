@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._geometry import resolve, window_attrs
 from ._sampling import combine_taps, linear_taps

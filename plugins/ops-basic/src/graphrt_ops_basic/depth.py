@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._steps import BoundStep
 from ._values import reshaped

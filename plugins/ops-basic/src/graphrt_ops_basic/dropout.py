@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from ._util import constant, same_storage
 

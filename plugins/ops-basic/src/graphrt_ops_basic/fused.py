@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._exact_math import sigmoid_into as exact_sigmoid_into
 from ._geometry import call_all

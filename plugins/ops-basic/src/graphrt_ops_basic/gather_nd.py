@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._steps import FEW, BoundStep, indexed_write
 from ._util import _CANONICAL_NAN, constant, rewrite_nan, same_storage

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._erf import compute_dtype, erf_into
 from ._util import constant, is_float

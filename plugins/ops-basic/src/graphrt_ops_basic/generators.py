@@ -23,9 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt import dtypes
-from graphrt.dtypes import name_of
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, from_onnx, name_of
 
 from ._util import constant, is_float
 from .unary import require_float
@@ -67,7 +65,7 @@ class _Random(OpKernel):
         if not isinstance(code, int) or code not in allowed:
             raise self.fail(f"dtype {code!r} is not an allowed output type")
         try:
-            return dtypes.from_onnx(code)
+            return from_onnx(code)
         except KeyError:
             raise self.fail(f"dtype {code} is not supported") from None
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._sampling import combine_taps, linear_taps
 from ._typed_attrs import typed_attr

@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.errors import SessionError
-from graphrt.kernel import KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import KernelContext, NodeInfo, OpKernel, SessionError
 
 FORMATS = {"RGB": 3, "BGR": 3, "Grayscale": 1}
 EXTRA = "pip install graphrt-ops-basic[image]"

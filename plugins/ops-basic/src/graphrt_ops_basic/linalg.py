@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import is_float
 from .search import check_numeric

@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.dtypes import name_of
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, name_of
 
 from ._erf import compute_dtype
 from ._util import _CANONICAL_NAN, is_float, rewrite_nan, zero_of

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from ._util import needs_nan_rewrite, rewrite_nan, same_types
 

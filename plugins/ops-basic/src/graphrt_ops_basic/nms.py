@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import KernelContext, NodeInfo, OpKernel
 
 #: Most pairwise IoUs (rows x block x block) computed at once.
 PAIRS = 1 << 14

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, call_all
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, normalize_axis, rewrite_nan

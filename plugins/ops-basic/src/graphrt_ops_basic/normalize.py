@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._erf import compute_dtype
 from ._util import (

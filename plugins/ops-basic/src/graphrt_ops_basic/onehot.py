@@ -26,9 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
-from graphrt.memory import ALIGN
-from graphrt.plan import MAX_SLAB
+from graphrt.plugin import ALIGN, MAX_SLAB, InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant
 from ._values import axis_in

@@ -22,8 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.dtypes import name_of
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, name_of
 
 from ._util import _CANONICAL_NAN, constant, rewrite_nan
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from graphrt import hookimpl
-from graphrt.kernel import OpDef
-from graphrt.passes import GraphPass
+from graphrt.plugin import GraphPass, OpDef, hookimpl
 
 
 @hookimpl

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, Staging, Window, call_all, resolve, staging, window_attrs
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, rewrite_nan

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from ._util import constant, is_float, normalize_axis, same_storage, zero_of
 from ._values import reshaped

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, call_all
 from ._typed_attrs import typed_attr

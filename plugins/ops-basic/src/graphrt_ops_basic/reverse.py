@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._steps import FEW, BoundStep
 from ._util import constant

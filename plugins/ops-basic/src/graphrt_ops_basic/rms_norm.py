@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
-from graphrt.proto import TensorProto
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, TensorProto
 
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, normalize_axis, rewrite_nan
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant, is_float
 from .rnn_cells import STEPS, Activation, Call, Cell, Step, parse_activations

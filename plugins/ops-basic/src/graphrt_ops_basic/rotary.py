@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import _CANONICAL_NAN, is_float, rewrite_nan
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant, is_float, zero_of
 from ._values import axis_in, int_scalar, reshaped

@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt import dtypes
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
-from graphrt.proto import to_array
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, from_onnx, to_array
 
 from ._util import is_float, same_types
 from ._values import int_values
@@ -115,7 +113,7 @@ class Range(OpKernel):
         super().__init__(node)
         stash = node.attr("stash_type", 1) if node.opset >= 27 else 1
         try:
-            self.stash = dtypes.from_onnx(stash)
+            self.stash = from_onnx(stash)
         except KeyError:
             raise self.fail(f"stash_type {stash} is not an element type") from None
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from . import _exact_math as em
 from ._erf import compute_dtype

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from . import _exact_math as em
 from ._util import _CANONICAL_NAN, constant, is_float, rewrite_nan

@@ -10,8 +10,7 @@ kernels its model does not use.  Domain strings are therefore constants of this 
 
 from __future__ import annotations
 
-from graphrt.kernel import OpDef
-from graphrt.lazy import kernel_modules
+from graphrt.plugin import OpDef, kernel_modules
 
 binary, constant, matmul, unary, views = kernel_modules(
     __package__, "binary constant matmul unary views"

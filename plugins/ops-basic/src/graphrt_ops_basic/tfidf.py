@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
-from graphrt.plan import MAX_SLAB
+from graphrt.plugin import MAX_SLAB, InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant, rewrite_nan
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt import dtypes
-from graphrt.kernel import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, from_onnx
 
 from ._steps import BoundStep
 from ._util import constant, same_storage, zero_of
@@ -95,7 +94,7 @@ class EyeLike(BoundStep):
         self.dtype = None
         if code is not None:
             try:
-                self.dtype = dtypes.from_onnx(code)
+                self.dtype = from_onnx(code)
             except KeyError:
                 raise self.fail(f"dtype {code} is not a tensor element type") from None
 

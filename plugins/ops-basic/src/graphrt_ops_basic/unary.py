@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.dtypes import name_of
-from graphrt.kernel import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, name_of
 
 from . import _exact_math as em
 from ._erf import WORK_ARRAYS, compute_dtype, erf_into

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import KernelContext, NodeInfo, OpKernel
 
 from ._values import axis_in
 from .search import unsigned_keys

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from ._util import _CANONICAL_NAN, constant, rewrite_nan, same_types
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graphrt.kernel import InferContext, OpKernel
+from graphrt.plugin import InferContext, OpKernel
 
 from ._util import normalize_axis
 

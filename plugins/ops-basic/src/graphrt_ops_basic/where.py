@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from ._util import same_storage
 

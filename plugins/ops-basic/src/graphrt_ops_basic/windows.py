@@ -37,9 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt import dtypes
-from graphrt.kernel import InferContext, NodeInfo, OpKernel
-from graphrt.plan import MAX_SLAB
+from graphrt.plugin import MAX_SLAB, InferContext, NodeInfo, OpKernel, from_onnx
 
 from . import _exact_math as em
 from ._util import is_float
@@ -82,7 +80,7 @@ def cos_turns(m: np.ndarray, period: int) -> np.ndarray:
 def _output_type(kernel: OpKernel) -> np.dtype:
     code = kernel.node.attr("output_datatype", 1)
     try:
-        dtype = dtypes.from_onnx(code)
+        dtype = from_onnx(code)
     except KeyError:
         raise kernel.fail(f"output_datatype {code} is not an element type") from None
     if not (is_float(dtype) or dtype.kind in "iu") or dtype.itemsize < 1 or _sub_byte(dtype):

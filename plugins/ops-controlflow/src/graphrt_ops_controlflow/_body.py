@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, NodeInfo, OpKernel
-from graphrt.limits import ARRAY_OVERHEAD, value_nbytes
+from graphrt.plugin import ARRAY_OVERHEAD, KernelContext, NodeInfo, OpKernel, value_nbytes
 
 
 class BodyKernel(OpKernel):

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from graphrt.errors import SessionError
-from graphrt.kernel import InferContext, KernelContext, NeedsRunTimeValues, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NeedsRunTimeValues, NodeInfo, SessionError
 
 from ._body import BodyKernel, scalar
 

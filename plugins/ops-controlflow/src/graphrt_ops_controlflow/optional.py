@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, OpKernel
+from graphrt.plugin import KernelContext, OpKernel
 
 
 class _OptionalOp(OpKernel):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from graphrt import hookimpl
-from graphrt.kernel import OpDef
+from graphrt.plugin import OpDef, hookimpl
 
 
 @hookimpl

@@ -13,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.ir import check_cancelled
-from graphrt.kernel import KernelContext, NodeInfo
-from graphrt.subgraph import carry_pairs, copy_value
+from graphrt.plugin import KernelContext, NodeInfo, carry_pairs, check_cancelled, copy_value
 
 from ._body import BodyKernel, Held, Stacked, kept_nbytes
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import KernelContext, NodeInfo, OpKernel
 
 from ._body import BodyKernel, Held, kept_nbytes, scalar
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphrt.kernel import OpDef
+from graphrt.plugin import OpDef
 
 from . import ifop, loop, optional, scan, sequence
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic.attention import FUSED_DOMAIN, head_major
 
 from . import _native

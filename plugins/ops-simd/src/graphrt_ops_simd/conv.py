@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic import conv as basic_conv
 from graphrt_ops_basic import fused as basic_fused
 from graphrt_ops_basic._geometry import call_all

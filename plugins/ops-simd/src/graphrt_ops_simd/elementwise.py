@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 
 from . import _native
 from .kernels import NativeKernel

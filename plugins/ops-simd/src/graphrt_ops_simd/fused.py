@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic._geometry import call_all
 from graphrt_ops_basic.fused import Activation
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic._util import normalize_axis
 
 from . import _native

@@ -12,10 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from graphrt import hookimpl
-from graphrt.kernel import NodeInfo, OpKernel
-from graphrt.lazy import kernel_modules
-from graphrt.paths import KernelPath
+from graphrt.plugin import KernelPath, NodeInfo, OpKernel, hookimpl, kernel_modules
 
 from . import _native
 from .elementwise import UNARY, Gelu

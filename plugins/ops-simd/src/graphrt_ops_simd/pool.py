@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic import pool as basic_pool
 
 from . import _native

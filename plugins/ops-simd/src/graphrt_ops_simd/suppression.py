@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.kernel import KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import KernelContext, NodeInfo, OpKernel
 from graphrt_ops_basic import nms as basic_nms
 
 from . import _native

@@ -8,7 +8,7 @@ Identity view): a session without ops-basic has neither the operators nor the pa
 
 from __future__ import annotations
 
-from graphrt.passes import GraphPass
+from graphrt.plugin import GraphPass
 
 
 def fusion_passes() -> list[GraphPass]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.passes import GraphPass, PassContext, PassGraph, PassNode
+from graphrt.plugin import GraphPass, PassContext, PassGraph, PassNode
 
 GRAPHRT = "com.graphrt"
 

@@ -46,7 +46,7 @@ import dataclasses
 
 import numpy as np
 
-from graphrt.passes import GraphPass, PassContext, PassGraph, PassNode
+from graphrt.plugin import GraphPass, PassContext, PassGraph, PassNode
 
 from ._match import GRAPHRT, is_op, rewired, sole_reader
 from .attention import _fresh

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from graphrt.passes import PassContext, PassGraph, PassNode
+from graphrt.plugin import PassContext, PassGraph, PassNode
 
 from ._match import Fusion, FusionPass, is_op
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from graphrt.passes import PassContext, PassGraph, PassNode
+from graphrt.plugin import PassContext, PassGraph, PassNode
 
 from ._match import (
     GRAPHRT,

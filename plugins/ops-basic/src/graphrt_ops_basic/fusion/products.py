@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from graphrt.passes import PassContext, PassGraph, PassNode
+from graphrt.plugin import PassContext, PassGraph, PassNode
 
 from ._match import (
     GRAPHRT,

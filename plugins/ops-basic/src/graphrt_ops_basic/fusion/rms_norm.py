@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrt.passes import PassGraph, PassNode
+from graphrt.plugin import PassGraph, PassNode
 
 from ._match import (
     float_constant,

@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt import OpDef, OpKernel, hookimpl
-from graphrt.kernel import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext, OpDef, OpKernel, hookimpl
 
 DOMAIN = "com.example"
 
