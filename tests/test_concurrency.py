@@ -54,28 +54,28 @@ def test_threads_equal_serial(make, shape_fn, intra):
     for want, got in zip(serial, results):
         assert want.tobytes() == got.tobytes()
     # pooled run states were shared; never more than one per concurrent run per plan
-    for plan in sess.cached_plans:
-        assert plan.states_created <= THREADS + 1
+    for states in sess._plans.values():
+        assert states.states_created <= THREADS + 1
 
 
 def test_outputs_are_copied_out_before_the_run_state_returns_to_the_pool(monkeypatch):
     """Another thread may take the state the moment it is released: simulate exactly that."""
-    from graphrt.plan import ExecutionPlan
+    from graphrt.runstate import StatePool
 
     sess = graphrt.Session(mlp(hidden=(16,)), intra_op_threads=1)
     x, other = _inputs(lambda i: (3, 24), 2)
     want = sess.run(None, {"x": x})[0].copy()
-    release = ExecutionPlan.release
+    release = StatePool.release
 
-    def release_then_reuse(plan, state):
-        release(plan, state)
+    def release_then_reuse(states, state):
+        release(states, state)
         if not getattr(state, "_reused", False):
-            stolen = plan.acquire(None)
+            stolen = states.acquire(None)
             stolen._reused = True
             stolen.run([other])  # what a concurrent run would write into the same slab
-            release(plan, stolen)
+            release(states, stolen)
             stolen._reused = False
 
-    monkeypatch.setattr(ExecutionPlan, "release", release_then_reuse)
+    monkeypatch.setattr(StatePool, "release", release_then_reuse)
     got = sess.run(None, {"x": x})[0]
     assert got.tobytes() == want.tobytes()

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import graphrt
 from graphrt import OpKernel
+from graphrt.runstate import RunState
 from tests._models import add_chain, init, make_model, tensor
 
 
@@ -166,7 +167,7 @@ def test_values_at_one_offset_share_one_array_object():
     x = np.ones((1, 8), np.float32)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + 5 * 0.5)  # exact
     plan = sess.cached_plans[0]
-    state = plan.acquire(None)
+    state = RunState(plan, None)
     by_place: dict[tuple, list[int]] = {}
     for vid, off in plan.memory.offsets.items():
         if vid in plan.constants:
@@ -211,7 +212,7 @@ def test_gemm_bound_once_computes_what_its_run_computes(trans, alpha, beta, c):
     got = sess.run(None, feed)[0]
     plan = sess.cached_plans[0]
     (step,) = [s for s in plan.steps if s.node.info.op_type == "Gemm"]
-    state = plan.acquire(None)
+    state = RunState(plan, None)
     index = state.step_index.index(plan.steps.index(step))
     kctx = state.contexts[plan.steps.index(step)]
     ins = [state.values[v] if v >= 0 else None for v in step.node.inputs]

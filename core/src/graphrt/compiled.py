@@ -4,21 +4,38 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from graphrt import dtypes
 from graphrt.attrs import node_info
+from graphrt.entrypoints import entry_points
 from graphrt.errors import PluginError, SessionError
 from graphrt.functions import inline_functions
-from graphrt.ir import IrModel, ValueDecl, check_cancelled, graph_outer_reads, iter_subgraphs
-from graphrt.kernel import KernelFlags, NodeInfo, OpDef, OpKernel
+from graphrt.ir import (
+    MAX_GRAPH_DEPTH,
+    IrModel,
+    ValueDecl,
+    check_cancelled,
+    graph_outer_reads,
+    import_graph,
+    iter_subgraphs,
+)
+from graphrt.kernel import Body, KernelFlags, NodeInfo, OpDef, OpKernel
 from graphrt.limits import DEFAULT_MAX_MEMORY
 from graphrt.passes import PassContext, PassGraph, PassNode, builtin_passes
 from graphrt.paths import KernelPath
-from graphrt.plugins import OperatorTable
+from graphrt.plugins import (
+    ENTRY_POINT_GROUP,
+    OperatorTable,
+    loaded_plugins,
+    plugin_failures,
+    snapshot,
+)
 
-__all__ = ["CNode", "CompiledGraph", "compile_model"]
+__all__ = ["BodyFactory", "CNode", "CompiledGraph", "compile_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,16 +68,22 @@ class CompiledGraph:
     dropped_nodes: int
     declared: dict[str, ValueDecl]  # value_info annotations by name
     initializer_names: set[str] = dataclasses.field(default_factory=set)
-    #: Compiled bodies as (node name, body graph name) -> BodySession, for their counters.
+    #: Compiled bodies as (node name, body graph name) -> Body, for their counters.
     bodies: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     #: The session's memory budget in bytes (graphrt.limits): plans, folding and runs.
     max_memory: int = DEFAULT_MAX_MEMORY
+
+
+#: What runs a compiled body: ``make_body(graph, n_inputs, outer_names) -> Body``.  The session
+#: passes it (graphrt.subgraph.BodySession): the compiler builds no runtime object itself.
+BodyFactory = Callable[[CompiledGraph, int, tuple[str, ...]], Body]
 
 
 def compile_model(
     ir: IrModel,
     table: OperatorTable,
     *,
+    make_body: BodyFactory,
     exact: bool,
     level: str,
     path: KernelPath | None,
@@ -72,14 +95,12 @@ def compile_model(
     """``depth`` counts the bodies this graph is nested in: a second guard beside the import's
     nesting check, for bodies that only appear while compiling (inlined function bodies).
     ``max_memory`` is the session's budget, for its bodies and its constant folding too.
+    ``make_body`` turns each compiled If/Loop/Scan/SequenceMap body into what its kernel runs.
     The options come checked (:class:`graphrt.options.SessionOptions`)."""
 
     bodies: dict[tuple[str, int], tuple[str, str, Any]] = {}
 
-    def compile_body(graph_proto: Any, node_name: str = "") -> Any:
-        from graphrt.ir import MAX_GRAPH_DEPTH, import_graph
-        from graphrt.subgraph import BodySession
-
+    def compile_body(graph_proto: Any, node_name: str = "") -> Body:
         if depth >= MAX_GRAPH_DEPTH:
             raise SessionError(
                 "invalid_model",
@@ -110,6 +131,7 @@ def compile_model(
         body = compile_model(
             body_ir,
             table,
+            make_body=make_body,
             exact=exact,
             level="none",
             path=path,
@@ -117,7 +139,7 @@ def compile_model(
             depth=depth + 1,
             max_memory=max_memory,
         )
-        session = BodySession(body, len(body_ir.inputs) - len(outer), outer)
+        session = make_body(body, len(body_ir.inputs) - len(outer), outer)
         bodies[(node_name, id(graph_proto))] = (node_name, graph_proto.name, session)
         return session
 
@@ -246,9 +268,6 @@ def _resolve(
 def _missing_message(table: OperatorTable, missing: dict[str, tuple[str, str, int]]) -> str:
     """What the user can do about missing operators: plugins the session's allow-list left
     out (and which of the operators they provide), and plugins that failed to load."""
-    from graphrt.entrypoints import entry_points
-    from graphrt.plugins import ENTRY_POINT_GROUP, loaded_plugins, plugin_failures, snapshot
-
     in_use = ", ".join(table.plugins) or "none"
     blocked = tuple(getattr(table, "blocked", ()))  # never imported: what they provide is unknown
     try:  # the error is the point here: a second failure only shortens the message
@@ -365,8 +384,6 @@ def _weights(initializers: dict[str, np.ndarray], storage: str) -> dict[str, np.
     """Weights as the session keeps them; float16/bfloat16 storage rounds float32 weights."""
     if storage == "original":
         return dict(initializers)
-    from graphrt import dtypes
-
     low = np.dtype(np.float16) if storage == "float16" else dtypes.from_onnx(16)
     out = {}
     for name, w in initializers.items():

@@ -19,7 +19,7 @@ import functools
 import math
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from graphrt.limits import check_holdable
 
 __all__ = [
     "FLAG_NAMES",
+    "Body",
+    "SteadyBody",
     "InferContext",
     "KernelContext",
     "KernelFlags",
@@ -39,6 +41,75 @@ __all__ = [
 ]
 
 Shape = tuple[int, ...]
+
+
+class SteadyBody(Protocol):
+    """One run state of a body kept while a kernel runs the body again and again (a Loop's
+    iterations, a Scan's steps): write into :attr:`inputs`, call :meth:`run`, read
+    :attr:`outputs` (valid until the next run), and :meth:`close` it at the end."""
+
+    #: The staging arrays of the body's inputs (then outer values): assign in place.
+    inputs: list[np.ndarray]
+    #: The body's outputs: arrays of the run state (or constants), fixed for its life.
+    outputs: list[Any]
+    #: Element types and shapes of inputs and outputs (None: not a tensor).
+    input_types: list[Any]
+    output_types: list[Any]
+    #: Per input: whether what was written into it survives a run (write it once).
+    lasting: list[bool]
+    #: The bound steps :meth:`run` calls in order (a hot loop may call them itself).
+    program: list[Callable[[], Any]]
+    #: The caller's cancellation token (None: not cancellable).
+    token: Any
+
+    def enter(self) -> None: ...
+    def run(self) -> None: ...
+    def failure(self, exc: BaseException, f: Any) -> BaseException: ...
+    def passes_through(self, output: int, input: int) -> bool: ...
+    def close(self, runs: int = 0) -> None: ...
+
+
+class Body(Protocol):
+    """A compiled subgraph (If branch, Loop/Scan/SequenceMap body), what
+    ``NodeInfo.compile_subgraph`` returns: the kernel contract's side of it.  The session
+    supplies the implementation (:class:`graphrt.subgraph.BodySession`) to the compiler, so the
+    compiler and the kernels never import the runtime that runs bodies."""
+
+    #: Declared inputs of the body (before the outer-scope values).
+    num_inputs: int
+    num_outputs: int
+    #: Names of enclosing values the body reads, in the order ``run`` expects them.
+    outer_names: tuple[str, ...]
+    #: The compiled body (``graph.outputs``: its declared outputs).
+    graph: Any
+
+    @property
+    def exact(self) -> bool: ...
+
+    def run(self, values: Sequence[Any], ctx: Any = None) -> list[Any]:
+        """Outputs (the caller's own) of one run on inputs then outer values."""
+        ...
+
+    def steady(self, values: Sequence[Any], ctx: Any = None) -> SteadyBody | None:
+        """A kept run state for many runs, or None when the body's plan is not static."""
+        ...
+
+    def bound(self, values: Sequence[Any], ctx: Any) -> Callable[[], list[Any]] | None:
+        """For a kernel's ``bind``: a call running the body on these fixed arrays, or None."""
+        ...
+
+    def plan_for_types(
+        self,
+        types: Sequence[tuple[np.dtype, tuple[int, ...]]],
+        check_shapes: bool = False,
+        cancellation: Any = None,
+    ) -> Any:
+        """The body's plan for inputs (then outer values) of these types and shapes."""
+        ...
+
+    def outer_values(self, node_outer: Sequence[str], given: Sequence[Any]) -> list[Any]:
+        """This body's outer values, picked from those its node received."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +128,11 @@ class NodeInfo:
     #: Values of enclosing graphs the node's subgraphs read, in first-use order.  They follow
     #: the declared inputs in what ``run`` receives, so planning and freeing see them.
     outer_inputs: tuple[str, ...] = ()
-    #: ``compile_subgraph(graph_proto)`` -> :class:`graphrt.subgraph.BodySession`: the body
-    #: compiled once, in the session's mode, kernel path and operator table.
-    compile_subgraph: Any = dataclasses.field(default=None, compare=False, repr=False)
+    #: ``compile_subgraph(graph_proto)`` -> :class:`Body`: the body compiled once, in the
+    #: session's mode, kernel path and operator table.
+    compile_subgraph: Callable[[Any], Body] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

@@ -5,15 +5,15 @@ states its outputs; a node whose inputs are all constants is evaluated now (unle
 is larger than both its inputs and 64 KiB, known from its inferred types before it is computed);
 a node with a run-time-shaped input, data-dependent outputs, or that needs run-time values is
 scheduled as dynamic; static values get slab offsets from :mod:`graphrt.memory`, and a slab over
-the session's ``max_memory`` is refused (``resource_exhausted``).  A plan is immutable and
-shared by concurrent runs; run states (slab, bound kernel calls) are pooled per plan.
+the session's ``max_memory`` is refused (``resource_exhausted``).  A plan is data: immutable and
+shared by concurrent runs.  The mutable half of a run (slab, bound kernel calls) is a run state,
+pooled beside the plan by whoever caches it (:class:`graphrt.runstate.StatePool`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from graphrt.limits import (
     numpy_refuses,
 )
 from graphrt.memory import MemoryPlan, MemStep, plan_memory
+from graphrt.shapes import plan_checks
 
 __all__ = [
     "ASSEMBLED",
@@ -46,7 +47,6 @@ __all__ = [
 CONST_EVAL_LIMIT = 64 * 1024
 #: The default slab limit (sessions' ``max_memory``); kernels refusing tables over it import it.
 MAX_SLAB = DEFAULT_MAX_MEMORY
-MAX_IDLE_STATES = 8
 
 STATIC, VIEW, DYNAMIC = "static", "view", "dynamic"
 #: A step whose output is its inputs laid end to end, each written there by its producer: it
@@ -101,10 +101,6 @@ class ExecutionPlan:
         self.debug = debug
         #: graphrt.shapes.ShapeChecks when the session checks shape annotations, else None.
         self.shape_checks = shape_checks
-        self._idle: list[Any] = []
-        self._idle_lock = threading.Lock()
-        #: How many run states this plan ever created (pools make this small).
-        self.states_created = 0
 
     @property
     def slab_size(self) -> int:
@@ -113,33 +109,6 @@ class ExecutionPlan:
     @property
     def static(self) -> bool:
         return not self.dynamic_values
-
-    # -- run-state pool --------------------------------------------------------------------------
-    def acquire(self, pool: Any) -> Any:
-        try:
-            state = self._idle.pop()
-        except IndexError:
-            from graphrt.runstate import RunState
-
-            with self._idle_lock:
-                self.states_created += 1
-            with gc_paused():  # a context and bound calls per step
-                return RunState(self, pool)
-        state.plan = self
-        return state
-
-    def release(self, state: Any) -> None:
-        if len(self._idle) < MAX_IDLE_STATES:
-            # An idle state does not point back at its plan: a plan dropped with its session
-            # is freed (slabs, packed weights) at once, not left as a cycle for the GC's next
-            # full collection, which then paid for every dead session at once.
-            state.plan = None
-            self._idle.append(state)
-
-    def drop_idle(self) -> None:
-        """Let the idle run states (and their slabs) go: a body whose shapes change every
-        iteration would otherwise keep one slab per recent shape, outside any budget."""
-        self._idle = []
 
 
 @gc_paused()  # every step's objects live as long as the plan
@@ -286,8 +255,6 @@ def build_plan(
     key = tuple((np.dtype(d).str, tuple(s)) for d, s in input_types)
     checks = None
     if check_shapes:
-        from graphrt.shapes import plan_checks
-
         checks = plan_checks(graph, steps, input_kind="invalid_model" if body else "invalid_input")
     return ExecutionPlan(
         graph, key, steps, types, constants, dynamic, memory, folded, debug, checks

@@ -14,7 +14,9 @@ The names, by what they are for:
   ``run``/``bind``), :class:`NodeInfo` (the node a kernel is built for), :class:`InferContext`
   (what ``infer`` sees and states), :class:`KernelContext` (what ``run`` sees),
   :class:`NeedsRunTimeValues` (an input's value is known at run time only),
-  :func:`evaluate_node` (one kernel on concrete inputs: kernel tests).
+  :func:`evaluate_node` (one kernel on concrete inputs: kernel tests), :class:`Body` (what
+  ``node.compile_subgraph`` returns: a compiled If/Loop/Scan body) and :class:`SteadyBody`
+  (one of its run states kept for many runs).
 - **Operator definitions**: :class:`OpDef` (one line of a plugin's table), :class:`KernelFlags`
   and :data:`FLAG_NAMES` (the flags an OpDef declares), :func:`kernel_modules` and
   :class:`KernelRef` (kernel classes imported when a session first needs them).
@@ -41,6 +43,7 @@ from graphrt.errors import PluginError, SessionError
 from graphrt.hookspec import hookimpl
 from graphrt.kernel import (
     FLAG_NAMES,
+    Body,
     InferContext,
     KernelContext,
     KernelFlags,
@@ -48,6 +51,7 @@ from graphrt.kernel import (
     NodeInfo,
     OpDef,
     OpKernel,
+    SteadyBody,
     evaluate_node,
 )
 from graphrt.lazy import KernelRef, kernel_modules
@@ -60,13 +64,14 @@ if TYPE_CHECKING:
     from graphrt.memory import ALIGN
     from graphrt.passes import GraphPass, PassContext, PassGraph, PassNode
     from graphrt.proto import TensorProto, to_array
-    from graphrt.subgraph import carry_pairs, copy_value
+    from graphrt.values import carry_pairs, copy_value
 
 __all__ = [
     "ALIGN",
     "ARRAY_OVERHEAD",
     "FLAG_NAMES",
     "MAX_SLAB",
+    "Body",
     "GraphPass",
     "InferContext",
     "KernelContext",
@@ -82,6 +87,7 @@ __all__ = [
     "PassNode",
     "PluginError",
     "SessionError",
+    "SteadyBody",
     "TensorProto",
     "carry_pairs",
     "check_cancelled",
@@ -111,8 +117,8 @@ _LAZY = {
     "to_array": "graphrt.proto",
     "ALIGN": "graphrt.memory",
     "check_cancelled": "graphrt.ir",
-    "copy_value": "graphrt.subgraph",
-    "carry_pairs": "graphrt.subgraph",
+    "copy_value": "graphrt.values",
+    "carry_pairs": "graphrt.values",
 }
 
 

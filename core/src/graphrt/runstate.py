@@ -1,4 +1,4 @@
-"""RunState: the mutable half of a run, pooled per plan.
+"""RunState: the mutable half of a run, and StatePool: the idle run states of one plan.
 
 A run state owns one 64-byte-aligned slab holding every static value of its plan at the plan's
 offsets, the arrays viewing it, an arena for dynamic values, and the program: one bound
@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+import time
 from typing import Any
 
 import numpy as np
 
 from graphrt.errors import SessionError
+from graphrt.gcpause import gc_paused
 from graphrt.ir import check_cancelled
 from graphrt.kernel import InferContext, KernelContext
 from graphrt.limits import RunLimits
@@ -22,22 +25,20 @@ from graphrt.memory import ALIGN
 from graphrt.plan import (
     ASSEMBLED,
     DYNAMIC,
-    STATIC,
     VIEW,
     ExecutionPlan,
     Step,
     check_holdable_types,
     infer_failure,
 )
+from graphrt.profile import ProfileEvent
+from graphrt.shapes import check_value
+from graphrt.values import copy_value
 
+__all__ = ["Arena", "RunState", "StatePool"]
 
-def copy_value(x: Any) -> Any:
-    from graphrt.subgraph import copy_value as copy
-
-    return copy(x)
-
-
-__all__ = ["Arena", "RunState"]
+#: Idle run states a pool keeps (more concurrent runs make more, and drop them when done).
+MAX_IDLE_STATES = 8
 
 #: Byte written over freed blocks in debug mode: 0xFF... is a NaN in every float type and -1 in
 #: every signed integer, so a stale read shows up in tests.
@@ -197,8 +198,6 @@ class RunState:
         self.outputs = graph.output_ids
 
     def _check(self, checks: Any) -> None:
-        from graphrt.shapes import check_value
-
         values = self.values
         for c in checks:
             v = values[c.vid]
@@ -291,8 +290,6 @@ class RunState:
 
     def _check_start(self, checks: Any, feeds: list[np.ndarray], bindings: dict) -> None:
         """The run's binding map; graph inputs before anything runs, then values without a step."""
-        from graphrt.shapes import check_value
-
         self.bindings = bindings
         for kctx in self.contexts:
             if kctx is not None:
@@ -306,11 +303,6 @@ class RunState:
 
     def run_profiled(self, feeds: list[np.ndarray], profiler: Any, token: Any = None) -> list[Any]:
         """Like :meth:`run`, timing every step into ``profiler`` (and checking ``token``)."""
-        import threading
-        import time
-
-        from graphrt.profile import ProfileEvent
-
         saved = self.program
         tid = threading.get_ident()
         steps = self.plan.steps
@@ -462,4 +454,39 @@ def _shape(x: Any) -> tuple[int, ...] | None:
     return x.shape if isinstance(x, np.ndarray) else ()
 
 
-STATIC_KIND = STATIC
+class StatePool:
+    """The idle run states of one plan, kept beside it by whoever caches the plan (a session,
+    a body): the plan stays immutable data, shared by every run, while each run takes a state
+    from here and gives it back, so steady runs allocate no slab and bind no kernel again."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+        self._idle: list[RunState] = []
+        self._lock = threading.Lock()
+        #: How many run states this pool ever created (reuse makes this small).
+        self.states_created = 0
+
+    def acquire(self, pool: Any) -> RunState:
+        """An idle state of the plan, or a new one; ``pool``: the session's intra-op pool."""
+        try:
+            state = self._idle.pop()
+        except IndexError:
+            with self._lock:
+                self.states_created += 1
+            with gc_paused():  # a context and bound calls per step
+                return RunState(self.plan, pool)
+        state.plan = self.plan
+        return state
+
+    def release(self, state: RunState) -> None:
+        if len(self._idle) < MAX_IDLE_STATES:
+            # An idle state does not point back at its plan: a plan dropped with its session
+            # is freed (slabs, packed weights) at once, not left as a cycle for the GC's next
+            # full collection, which then paid for every dead session at once.
+            state.plan = None
+            self._idle.append(state)
+
+    def drop_idle(self) -> None:
+        """Let the idle run states (and their slabs) go: a body whose shapes change every
+        iteration would otherwise keep one slab per recent shape, outside any budget."""
+        self._idle = []

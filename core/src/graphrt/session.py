@@ -24,8 +24,10 @@ from graphrt.options import SessionOptions, session_options
 from graphrt.paths import choose_path
 from graphrt.plan import ExecutionPlan, build_plan
 from graphrt.plugins import snapshot
-from graphrt.subgraph import copy_value, value_type
+from graphrt.runstate import RunState, StatePool
+from graphrt.subgraph import BodySession
 from graphrt.threads import IntraOpPool, blas_session_closed, blas_session_opened, resolve_threads
+from graphrt.values import copy_value, value_type
 
 __all__ = ["CancellationToken", "Model", "NodeArg", "Session", "SessionOptions", "load"]
 
@@ -86,6 +88,7 @@ class Session:
             self._graph: CompiledGraph = compile_model(
                 ir,
                 self._table,
+                make_body=BodySession,
                 exact=opts.mode == "exact",
                 level=opts.optimization_level,
                 path=path,
@@ -96,7 +99,8 @@ class Session:
         self.kernel_path = self._graph.kernel_path
         self.threads = resolve_threads(opts.intra_op_threads)
         self._pool = IntraOpPool(self.threads)
-        self._plans: dict[tuple, ExecutionPlan] = {}
+        #: Plans by input signature, each with the pool of its idle run states.
+        self._plans: dict[tuple, StatePool] = {}
         self._plan_lock = threading.Lock()
         self.plans_built = 0
         self._inputs = [NodeArg.of(d) for d in ir.inputs]
@@ -158,15 +162,15 @@ class Session:
             raise SessionError("closed", "the session is closed")
         fast = self._fast_inputs(input_feed)
         if fast is None:
-            feeds, plan = self._validate_inputs(input_feed), None
+            feeds, states = self._validate_inputs(input_feed), None
         else:
             feeds, key = fast
-            plan = self._plans.get(key)
+            states = self._plans.get(key)
         indices = self._all_outputs if output_names is None else self._output_indices(output_names)
         out_arrays = self._validate_out(out, indices) if out else None
-        if plan is None:
-            plan = self.plan_for(feeds, cancellation)
-        state = plan.acquire(self._pool)
+        if states is None:
+            states = self._states_for(feeds, cancellation)
+        state = states.acquire(self._pool)
         try:
             state.limits.token = cancellation  # what bodies check at every iteration
             errors = _fp_errors_ignored()
@@ -185,7 +189,7 @@ class Session:
                 return [x.copy() if type(x) is np.ndarray else copy_value(x) for x in results]
             return self._deliver(results, indices, out_arrays)
         finally:
-            plan.release(state)
+            states.release(state)
 
     def _deliver(self, results: list, indices: list[int], out_arrays: dict | None) -> list[Any]:
         delivered = []
@@ -214,17 +218,21 @@ class Session:
 
     def plan_for(self, feeds: Sequence[Any], cancellation: Any = None) -> ExecutionPlan:
         """The plan for these inputs (arrays or (dtype, shape) pairs), made once and cached."""
+        return self._states_for(feeds, cancellation).plan
+
+    def _states_for(self, feeds: Sequence[Any], cancellation: Any = None) -> StatePool:
+        """The cached plan for these inputs with its pool of run states (made on first use)."""
         types = [
             (np.dtype(x[0]), tuple(x[1])) if isinstance(x, tuple) else value_type(x) for x in feeds
         ]
         key = tuple(types)  # np.dtype hashes and compares by type, so equal types share a plan
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
+        states = self._plans.get(key)
+        if states is not None:
+            return states
         with self._plan_lock:
-            plan = self._plans.get(key)
-            if plan is not None:
-                return plan
+            states = self._plans.get(key)
+            if states is not None:
+                return states
             plan = build_plan(
                 self._graph,
                 types,
@@ -235,10 +243,10 @@ class Session:
             plans = dict(self._plans)  # copy on write: readers never lock
             while len(plans) >= self.options.max_cached_plans:
                 del plans[next(iter(plans))]
-            plans[key] = plan
+            plans[key] = states = StatePool(plan)
             self._plans = plans
             self.plans_built += 1
-            return plan
+            return states
 
     def inspect(self, input_feed: Mapping[str, Any]) -> dict[str, Any]:
         """Run once keeping every intermediate, and return all values by name.
@@ -251,7 +259,8 @@ class Session:
         feeds = self._validate_inputs(input_feed)
         types = [value_type(x) for x in feeds]
         plan = build_plan(self._graph, types, debug=self.options.debug, keep_all=True)
-        state = plan.acquire(self._pool)
+        with gc_paused():  # a context and bound calls per step
+            state = RunState(plan, self._pool)  # used once: never pooled
         with np.errstate(all="ignore"):
             state.run(feeds)
         names = self._graph.names
@@ -282,7 +291,7 @@ class Session:
 
     @property
     def cached_plans(self) -> list[ExecutionPlan]:
-        return list(self._plans.values())
+        return [states.plan for states in self._plans.values()]
 
     # -- validation ----------------------------------------------------------------------------
     def _fast_inputs(self, feed: Any) -> tuple[list[np.ndarray], tuple] | None:

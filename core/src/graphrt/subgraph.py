@@ -3,8 +3,8 @@
 A body is compiled when its node's kernel is built (so a body that cannot compile fails the
 model at creation), in the session's mode, kernel path and operator table, without graph
 passes.  Running it makes or reuses an :class:`~graphrt.plan.ExecutionPlan` for the actual input
-types and shapes and takes a run state from that plan's pool, so a Loop of many iterations with
-steady shapes builds one plan and reuses one run state.
+types and shapes and takes a run state from the pool kept beside that plan, so a Loop of many
+iterations with steady shapes builds one plan and reuses one run state.
 
 A caller running a body many times on a static plan (a Loop's iterations, a Scan's steps, an If
 branch bound into its step) keeps one run state with :class:`SteadyRun`: it writes what changes
@@ -25,30 +25,14 @@ from graphrt.compiled import CompiledGraph
 from graphrt.ir import check_cancelled
 from graphrt.limits import ARRAY_OVERHEAD, value_nbytes
 from graphrt.plan import ExecutionPlan, ValueType, build_plan
+from graphrt.runstate import RunState, StatePool, kernel_failure
+from graphrt.values import copy_value
 
-__all__ = ["BodySession", "SteadyRun", "carry_pairs", "copy_value", "value_type"]
+__all__ = ["BodySession", "SteadyRun"]
 
 MAX_BODY_PLANS = 16
 _OBJECT = (np.dtype(object), ())
 _CHECKED = "check_shapes"
-
-
-def value_type(x: Any) -> tuple[np.dtype, tuple[int, ...]]:
-    """The plan key of one value: tensors by type and shape, sequences and optionals as objects."""
-    if isinstance(x, np.ndarray):
-        return x.dtype, x.shape
-    return np.dtype(object), ()
-
-
-def copy_value(x: Any) -> Any:
-    """A value the caller owns: never a view of a run state's slab or of model weights."""
-    if type(x) is np.ndarray:
-        return x.copy()
-    if isinstance(x, np.ndarray):
-        return np.array(x, copy=True)
-    if isinstance(x, list):
-        return [copy_value(v) for v in x]
-    return x
 
 
 def _nbytes(values: Sequence[Any]) -> int:
@@ -68,7 +52,8 @@ class BodySession:
         #: Names of enclosing values the body reads, in the order ``run`` expects them.
         self.outer_names = outer
         self.num_outputs = len(graph.outputs)
-        self._plans: dict[tuple, ExecutionPlan] = {}
+        #: Plans by input signature, each with the pool of its idle run states.
+        self._plans: dict[tuple, StatePool] = {}
         self._lock = threading.Lock()
         #: Plans built for this body; steady shapes mean it stays at 1 however many runs.
         self.plans_built = 0
@@ -88,12 +73,18 @@ class BodySession:
     def plan_for(
         self, values: Sequence[Any], check_shapes: bool = False, cancellation: Any = None
     ) -> ExecutionPlan:
+        """The plan for these inputs (then outer values): made once per signature, cached."""
+        return self._states_for(values, check_shapes, cancellation).plan
+
+    def _states_for(
+        self, values: Sequence[Any], check_shapes: bool = False, cancellation: Any = None
+    ) -> StatePool:
         # The key is built on every iteration of a loop: dtype objects and shapes, nothing more.
         key = tuple((v.dtype, v.shape) if isinstance(v, np.ndarray) else _OBJECT for v in values)
-        plan = self._plans.get(key + (_CHECKED,) if check_shapes else key)
-        if plan is not None:
-            return plan
-        return self.plan_for_types(list(key), check_shapes, cancellation)
+        states = self._plans.get(key + (_CHECKED,) if check_shapes else key)
+        if states is not None:
+            return states
+        return self._states_for_types(list(key), check_shapes, cancellation)
 
     def plan_for_types(
         self,
@@ -103,15 +94,23 @@ class BodySession:
     ) -> ExecutionPlan:
         """The plan for inputs (then outer values) of these element types and shapes: made
         once per signature and cached (:attr:`plans_built` counts the ones made)."""
+        return self._states_for_types(types, check_shapes, cancellation).plan
+
+    def _states_for_types(
+        self,
+        types: Sequence[tuple[np.dtype, tuple[int, ...]]],
+        check_shapes: bool = False,
+        cancellation: Any = None,
+    ) -> StatePool:
         key = tuple((np.dtype(d), tuple(s)) for d, s in types)
         if check_shapes:
             key += (_CHECKED,)
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
+        states = self._plans.get(key)
+        if states is not None:
+            return states
         with self._lock:
-            plan = self._plans.get(key)
-            if plan is None:
+            states = self._plans.get(key)
+            if states is None:
                 plan = build_plan(
                     self.graph,
                     types,
@@ -124,10 +123,10 @@ class BodySession:
                     other.drop_idle()
                 while len(plans) >= MAX_BODY_PLANS:
                     del plans[next(iter(plans))]
-                plans[key] = plan
+                plans[key] = states = StatePool(plan)
                 self._plans = plans
                 self.plans_built += 1
-        return plan
+        return states
 
     def run(self, values: Sequence[Any], ctx: Any = None) -> list[Any]:
         """Run the body on its inputs followed by the outer values; outputs are the caller's.
@@ -146,11 +145,11 @@ class BodySession:
         values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
         pool = getattr(ctx, "pool", None)
         bindings = getattr(ctx, "shape_bindings", None)
-        plan = self.plan_for(values, check_shapes=bindings is not None, cancellation=token)
+        states = self._states_for(values, check_shapes=bindings is not None, cancellation=token)
         node = getattr(ctx, "node", None)
         if limits is not None:  # before a new run state allocates the slab, not after
-            limits.admit(plan.slab_size, node, "the body's plan")
-        state = plan.acquire(pool)
+            limits.admit(states.plan.slab_size, node, "the body's plan")
+        state = states.acquire(pool)
         try:
             state.limits.enter(limits, self.graph.max_memory, ctx)
             results = state.run(list(values), bindings)
@@ -158,7 +157,7 @@ class BodySession:
                 state.limits.charge(_nbytes(results), node, "the body's outputs")
             return [copy_value(r) for r in results]
         finally:
-            plan.release(state)
+            states.release(state)
 
     def steady(self, values: Sequence[Any], ctx: Any = None) -> SteadyRun | None:
         """A kept run state for running this body again and again from ``values`` (inputs then
@@ -171,12 +170,13 @@ class BodySession:
         if bindings is not None:
             return None
         values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
-        plan = self.plan_for(values, cancellation=None if limits is None else limits.token)
+        states = self._states_for(values, cancellation=None if limits is None else limits.token)
+        plan = states.plan
         if not plan.static or plan.shape_checks is not None:
             return None
         if limits is not None:  # before a new run state allocates the slab, not after
             limits.admit(plan.slab_size, getattr(ctx, "node", None), "the body's plan")
-        run = SteadyRun(self, plan, plan.acquire(getattr(ctx, "pool", None)), ctx)
+        run = SteadyRun(self, states, states.acquire(getattr(ctx, "pool", None)), ctx)
         for dst, src in zip(run.inputs, values):
             dst[...] = src
         return run
@@ -188,10 +188,11 @@ class BodySession:
         arrays (slab views, constants): they are read again at every call."""
         if getattr(ctx, "shape_bindings", None) is not None:
             return None
-        plan = self.plan_for(values)
+        states = self._states_for(values)
+        plan = states.plan
         if not plan.static or plan.shape_checks is not None:
             return None
-        run = SteadyRun(self, plan, plan.acquire(getattr(ctx, "pool", None)), ctx)
+        run = SteadyRun(self, states, states.acquire(getattr(ctx, "pool", None)), ctx)
         pairs = [(dst, src) for dst, src in zip(run.inputs, values) if dst is not src]
         runs = self._runs
         enter, program, outputs = run.enter, run.run, run.outputs
@@ -213,11 +214,11 @@ class BodySession:
     @property
     def cached_plans(self) -> list[ExecutionPlan]:
         """The plans made for this body so far (one per input signature it met)."""
-        return list(self._plans.values())
+        return [states.plan for states in self._plans.values()]
 
     def states_created(self) -> int:
         """Run states made by this body's cached plans (pooled states are reused, not made)."""
-        return sum(p.states_created for p in self._plans.values())
+        return sum(states.states_created for states in self._plans.values())
 
     def stats(self, path: str) -> list[dict[str, Any]]:
         """Counters of this body and of the bodies nested in it, each named by its path."""
@@ -250,10 +251,11 @@ class SteadyRun:
     holdings grew).  :meth:`close` gives the state back and counts the runs.
     """
 
-    def __init__(self, body: BodySession, plan: ExecutionPlan, state: Any, ctx: Any) -> None:
+    def __init__(self, body: BodySession, states: StatePool, state: RunState, ctx: Any) -> None:
         self.body = body
-        self.plan = plan
-        self.state = state
+        self.plan = plan = states.plan
+        self._states = states
+        self.state: RunState | None = state
         self.ctx = ctx
         self.caller = getattr(ctx, "limits", None)
         graph = plan.graph
@@ -297,8 +299,6 @@ class SteadyRun:
 
     def failure(self, exc: BaseException, f: Any) -> BaseException:
         """What an exception raised by ``f``, a function of :attr:`program`, becomes."""
-        from graphrt.runstate import kernel_failure
-
         index = next((i for i, g in enumerate(self.program) if g is f), 0)
         return kernel_failure(self.plan.steps[self.state.step_index[index]].node, exc)
 
@@ -313,7 +313,7 @@ class SteadyRun:
         if self.state is None:
             return
         self.body.count_runs(runs)
-        self.plan.release(self.state)
+        self._states.release(self.state)
         self.state = None
 
 
@@ -329,21 +329,3 @@ def _lasting(plan: ExecutionPlan) -> list[bool]:
         end = start + mem.sizes.get(vid, 0)
         lasting.append(not any(lo < end and start < hi and v != vid for lo, hi, v in blocks))
     return lasting
-
-
-def carry_pairs(dsts: Sequence[np.ndarray], srcs: Sequence[Any]) -> list[tuple[Any, Any]]:
-    """(destination, source) copies that hand outputs over to the next run's inputs, in an
-    order that is safe: when a source shares memory with another destination (a slab block an
-    input left and an output took), every source goes through its own buffer first."""
-    pairs = [(d, s) for d, s in zip(dsts, srcs) if d is not s]
-    clash = any(
-        j != k and np.may_share_memory(d, s)
-        for j, (d, _) in enumerate(pairs)
-        for k, (_, s) in enumerate(pairs)
-    )
-    if not clash:
-        return pairs
-    buffers = [np.empty_like(s) for _, s in pairs]
-    return [(b, s) for b, (_, s) in zip(buffers, pairs)] + [
-        (d, b) for b, (d, _) in zip(buffers, pairs)
-    ]

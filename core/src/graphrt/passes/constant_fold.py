@@ -19,7 +19,7 @@ from graphrt.errors import SessionError
 from graphrt.ir import check_cancelled
 from graphrt.kernel import evaluate_node
 from graphrt.limits import RunLimits
-from graphrt.passes import GraphPass, PassContext, PassGraph
+from graphrt.passes.base import GraphPass, PassContext, PassGraph
 
 
 class ConstantFolding(GraphPass):

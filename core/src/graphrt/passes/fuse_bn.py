@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from graphrt.passes import GraphPass, PassContext, PassGraph, PassNode
+from graphrt.passes.base import GraphPass, PassContext, PassGraph, PassNode
 
 
 class FuseBatchNormIntoConv(GraphPass):

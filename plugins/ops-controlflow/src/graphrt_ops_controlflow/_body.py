@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import ARRAY_OVERHEAD, KernelContext, NodeInfo, OpKernel, value_nbytes
+from graphrt.plugin import ARRAY_OVERHEAD, Body, KernelContext, NodeInfo, OpKernel, value_nbytes
 
 
 class BodyKernel(OpKernel):
@@ -21,13 +21,13 @@ class BodyKernel(OpKernel):
         super().__init__(node)
         self.declared = len(node.inputs)
 
-    def body(self, name: str) -> Any:
+    def body(self, name: str) -> Body:
         graph = self.node.attr(name)
         if graph is None:
             raise self.fail(f"the {name!r} attribute (a graph) is missing")
         return self.node.compile_subgraph(graph)
 
-    def outer(self, body: Any, inputs: Sequence[Any]) -> list[Any]:
+    def outer(self, body: Body, inputs: Sequence[Any]) -> list[Any]:
         """The outer-scope values ``body`` reads, from those after the declared inputs."""
         return body.outer_values(self.node.outer_inputs, inputs[self.declared :])
 
@@ -78,7 +78,7 @@ def scalar(x: Any, what: str, kernel: OpKernel) -> Any:
     return x.reshape(()).item()
 
 
-def empty_like_declared(body: Any, index: int) -> np.ndarray:
+def empty_like_declared(body: Body, index: int) -> np.ndarray:
     """An empty [0] tensor of the type a body output declares (float32 when undeclared)."""
     decl = body.graph.outputs[index]
     return np.zeros((0,), dtype=decl.dtype if decl.dtype is not None else np.float32)
