@@ -24,7 +24,7 @@ import graphrt
 from graphrt import plugins
 from graphrt.backend import prepare
 from graphrt.cli import DEFAULT_MODEL, build_parser, default_model_path, main
-from tests._models import init, make_model, tensor
+from tests._models import init, make_model, ort_session, tensor
 
 AUTOLOAD_OFF = os.environ.get(plugins.AUTOLOAD_ENV, "") not in ("", "0")
 needs_autoload = pytest.mark.skipif(AUTOLOAD_OFF, reason="needs the entry-point plugins")
@@ -163,11 +163,9 @@ def test_listing_the_names_does_not_import_the_session_modules():
 
 
 def test_an_empty_output_list_means_every_output_as_in_onnxruntime():
-    import onnxruntime as ort
 
     model = _two_outputs()
-    ort_sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    expected = ort_sess.run([], {"a": A})
+    expected = ort_session(model).run([], {"a": A})
     assert len(expected) == 2  # what onnxruntime does with []
     sess = graphrt.Session(model)
     for names in ([], (), None):
