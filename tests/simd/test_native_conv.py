@@ -124,6 +124,49 @@ def test_values_and_split_independence(isa, g):
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(
+    "m, h, w, k, stride",
+    [
+        (80, 9, 29, 3, 1),  # lanes: four channel vectors, then one; rows in pieces of 5, 5, 4
+        (64, 6, 7, 3, 1),  # narrow rows: pairs of channel vectors
+        (72, 11, 23, 3, 2),  # strided quads
+        (70, 7, 40, 5, 3),  # other strides: quads index each position
+        (40, 12, 33, 3, 1),  # direct: wide positions (fewer tiles than rows of 16, 16, 1)
+        (24, 5, 30, 3, 1),  # direct: row tiles of 16 and 14
+    ],
+)
+def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
+    """More output channels per unit than the hypothesis geometries draw: the lanes kernel's
+    tiles of four and two channel vectors and the direct kernel's two tilings, with a residual
+    and Relu, against the float64 reference, with the same bits on one unit at a time and
+    (for a window within one depth block) the same bits from every kernel: each output is
+    the same chain of multiply-adds in any tile."""
+    path_or_skip(isa)
+    c = 5
+    out = [(h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1]
+    g = dict(group=1, strides=[stride] * 2, dilations=[1, 1], pads=[k // 2] * 2, out=out)
+    g["act"] = "relu"
+    rng = np.random.default_rng(m * w)
+    x = rng.standard_normal((2, c, h, w)).astype(F32)
+    wt = rng.standard_normal((m, c, k, k)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    z = rng.standard_normal((2, m, *out)).astype(F32)
+    want = reference(x, wt, b, 1, g["strides"], g["dilations"], g["pads"], out) + z
+    want = np.maximum(want, 0)
+    kernels = ["packed", *(["direct"] if stride == 1 else [])]
+    kernels += ["lanes"] if isa == "avx512" else []
+    results = []
+    for kernel in kernels:
+        whole = _run(isa, g, x, wt, b, split=False, kernel=kernel, z=z)
+        np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * c * k * k, err_msg=kernel)
+        split = _run(isa, g, x, wt, b, split=True, kernel=kernel, z=z)
+        np.testing.assert_array_equal(bits(split), bits(whole), err_msg=kernel)
+        results.append(whole)
+    for kernel, y in zip(kernels[1:], results[1:]):
+        np.testing.assert_array_equal(bits(y), bits(results[0]), err_msg=kernel)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(
     "n, c, m, h, w, group",
     [(1, 64, 16, 55, 55, 1), (2, 8, 40, 5, 7, 1), (1, 12, 48, 3, 3, 3), (2, 16, 16, 4, 4, 2)],
 )
@@ -256,7 +299,7 @@ def _fire_model(c=24, squeeze=8, expand=16, size=19):
 
 
 @pytest.mark.parametrize("z_first", [False, True])
-@pytest.mark.parametrize("k, size", [(3, 14), (1, 30), (3, 40)])  # lanes, stream, direct
+@pytest.mark.parametrize("k, size", [(3, 14), (1, 30), (3, 40)])  # lanes, stream, lanes
 @pytest.mark.parametrize("path", ["avx2", "avx512"])
 def test_residual_block_fused_into_the_native_conv(path, k, size, z_first):
     """Conv -> Add(shortcut) -> Relu as one FusedConv whose kernel sums Z in registers: the
@@ -355,8 +398,13 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
     "shape, strides, want",
     [
         ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window
-        ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
-        ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map
+        ((8, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
+        ((16, 64, 56, 56, 3), (1, 1), "lanes"),  # a depth of 144
+        ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map, a deep window
+        ((3, 16, 32, 32, 3), (1, 1), "direct"),  # small_cnn's layers: rows of whole tiles
+        ((16, 32, 16, 16, 3), (1, 1), "direct"),
+        ((16, 32, 15, 15, 3), (1, 1), "lanes"),  # the same depth on rows of 15 of 16 lanes
+        ((16, 32, 7, 7, 3), (1, 1), "lanes"),  # a shallow window on rows of 7 of 16 lanes
         ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
         ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
         ((512, 512, 7, 7, 1), (1, 1), "lanes"),

@@ -23,18 +23,27 @@ namespace graphrt_simd {
 namespace {
 
 // Where "auto" takes the channels-in-lanes kernel (bench/conv_micro.py --kernels): output
-// positions up to which it beat the direct kernel (unit strides) and the packed one (1x1), the
-// window depth from which it beat the direct kernel on larger maps too (light_inception_v1's
-// 3x3 64->192 on 55 x 55: lanes 6.13, direct 6.35 ms; light_squeezenet's 3x3 16->64 there, a
-// depth of 144: a tie), and the depth from which it beat packing columns for strided ones.
-constexpr int64_t LANES_MAX_POSITIONS = 1024;
+// positions up to which it beat the packed one (1x1), the window depth from which it beat the
+// direct kernel with unit strides (light_squeezenet's 3x3 16->64 on 55 x 55, a depth of 144:
+// lanes 0.26, direct 0.29 ms; the bench's small_cnn, 3x3 16->32 on 16 x 16, 144: a tie at
+// 14 us; its 3x3 3->16 on 32 x 32, 27: lanes 10, direct 6 us), the depth below which the
+// direct kernel still wins on rows of whole tiles (small_cnn's 16->32 with Relu, rows of 16:
+// direct 13.5, lanes 14.5 us; deeper than 256 untried: lanes), the least fill of the direct
+// kernel's row tiles (in quarters) below which lanes run shallow windows too (7 x 7 maps fill
+// 7 of 16 lanes), and the depth from which it beat packing columns for strided ones.
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
-constexpr int64_t LANES_MIN_DEPTH_UNIT = 256;
+constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
+constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
+constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
 constexpr int64_t LANES_MIN_DEPTH = 64;
 // Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
 // stream kernel) instead of packing them: with more, the packed panel serves enough channel
 // tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms).
 constexpr int64_t STREAM_MAX_CHANNELS = 256;
+
+// Bytes of packed weights per unit's chunk of output channels (see the constructor).
+constexpr int64_t DIRECT_CHUNK_BYTES = 384 * 1024;
+constexpr int64_t LANES_CHUNK_BYTES = 768 * 1024;
 
 // Packed weights from HUGE_PACK_BYTES on are aligned to (and advised onto) huge pages.
 constexpr size_t HUGE_PAGE_BYTES = size_t(2) << 20;
@@ -109,12 +118,17 @@ public:
         // The direct and lanes kernels run the whole depth per tile: the output channels of a
         // unit are a chunk of the packed weight that stays in L2 (384 KiB).  The packed path
         // blocks the depth itself, and a second chunk would pack the same columns again.
-        const int64_t fit = (384 * 1024 / 4) / (k_ * cmr);
+        // The lanes kernel runs up to four channel tiles at once over every position of the
+        // unit: a chunk of up to 768 KiB of weights (light_resnet50's 3x3 256->256: four
+        // tiles, 512->512: two) still stays in a 1 MiB L2.
+        const int64_t budget = mode_ == LANES ? LANES_CHUNK_BYTES : DIRECT_CHUNK_BYTES;
+        const int64_t fit = (budget / 4) / (k_ * cmr);
         const int64_t per_chunk =
             mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
         if (mode_ == STREAM) {  // one row of h * w positions; tap row ch is x's plane ch
             DirectShape& d = direct_shape_;
-            d = DirectShape{s.c, 1, s.h * s.w, 1, 1, 0, 0, 1, s.h * s.w, 1, s.h * s.w, 0};
+            d = DirectShape{s.c, 1, s.h * s.w, 1, 1, 0, 0, 1, s.h * s.w, 1, s.h * s.w, 0,
+                            s.h * s.w};
             for (int64_t ch = 0; ch < s.c; ++ch) offs_.push_back(ch * s.h * s.w);
         }
         mchunks_ = (tiles_ + per_chunk - 1) / per_chunk;
@@ -129,12 +143,22 @@ public:
             const char* what = "the staged (padded) image";
             const int64_t plane = bounded(mul(d.hp, d.wp, what), MAX_FLOATS, what);
             const int64_t planes = bounded(mul(s.c, plane, what), MAX_FLOATS, what);
-            if (mode_ == DIRECT) {  // wide positions, and the tail their last tile reads
+            if (mode_ == DIRECT) {
+                // row tiles (only a row's last one partial) or wide positions (tiles run on
+                // across rows, over the pad columns), whichever makes fewer tiles: rows of 32
+                // are two whole tiles, rows of 7 (9 wide) fill 7 lanes of 16 in row tiles
+                const int64_t per_row = (s.ow + cnr - 1) / cnr;
                 const int64_t wide = bounded(mul(s.oh, d.wp, what), MAX_FLOATS, what);
-                ptiles = (wide + cnr - 1) / cnr;
-                // each term below is at most `planes` + ptiles * cnr, all bounded above
+                const int64_t rows = bounded(mul(s.oh, per_row, what), MAX_FLOATS, what);
+                const bool by_rows = rows <= (wide + cnr - 1) / cnr;
+                ptiles = by_rows ? rows : (wide + cnr - 1) / cnr;
+                d.pitch = by_rows ? per_row * cnr : d.wp;
+                // the last tile reads cnr floats from its first position on; each term below
+                // is at most `planes` + 2 * cnr, all bounded above
+                const int64_t last = (ptiles - 1) * cnr;
                 d.staged = std::max(planes, (s.c - 1) * plane + (s.kh - 1) * s.dh * d.wp +
-                                                (s.kw - 1) * s.dw + ptiles * cnr);
+                                                (s.kw - 1) * s.dw + last / d.pitch * d.wp +
+                                                last % d.pitch + cnr);
                 bounded(d.staged, MAX_FLOATS, what);
             } else {
                 const LanesTiling tiling(s.oh, s.ow, isa_->crt);
@@ -292,8 +316,8 @@ public:
             if (mode_ == DIRECT) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.wp), yg, zg, ys1,
-                                  bg, act);
+                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.pitch), yg, zg,
+                                  ys1, bg, act);
                 return;
             }
             if (mode_ == LANES) {
@@ -418,14 +442,19 @@ private:
                                    "'; expected auto, direct, lanes, packed or stream")
                                       .c_str());
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
-        // --kernels): channels in lanes where the maps are small or the windows deep, the
-        // direct kernel for shallow windows on large maps with unit strides, x's own
+        // --kernels): channels in lanes where the windows are deep or the rows narrow, the
+        // direct kernel for shallow windows on rows that fill its tiles, x's own
         // planes for plain 1x1 kernels on large maps with few output channels (stream), and
         // packed columns for the other 1x1 kernels and for very shallow strided windows.
         const int64_t positions = s.oh * s.ow, depth = s.c * s.kh * s.kw;
+        // the direct kernel's row tiles: 4 * ow below this fills less than 3/4 of their lanes
+        const int64_t cnr = isa_->cnr;
+        const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
         if (lanes_ok) {
             if (one ? positions <= LANES_MAX_POSITIONS_1X1
-                    : unit ? positions <= LANES_MAX_POSITIONS || depth >= LANES_MIN_DEPTH_UNIT
+                    : unit ? depth >= (s.ow % cnr ? LANES_MIN_DEPTH_UNIT
+                                                  : LANES_MIN_DEPTH_WHOLE_ROWS) ||
+                                 4 * s.ow < fill_quarters
                            : depth >= LANES_MIN_DEPTH)
                 return LANES;
         }

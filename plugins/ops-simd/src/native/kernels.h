@@ -47,10 +47,13 @@ struct ConvShape {
 // A unit-stride convolution of one image and group on its staged (padded) planes: c planes of
 // hp x wp (plane stride hp * wp), the input's h x w at (ph, pw) inside them, zeros elsewhere;
 // staged = floats of the whole staged buffer, including the tail that wide positions read.
+// The direct kernel numbers positions q = oy * pitch + ox: pitch wp (wide positions, tiles run
+// on across rows) or ow rounded up to whole tiles (row tiles; conv_plan.cpp picks the fewer).
 struct DirectShape {
     int64_t c, h, w, kh, kw, ph, pw;
     int64_t oh, ow, hp, wp;
     int64_t staged;
+    int64_t pitch = 0;
 };
 
 // Position tiles of the channels-in-lanes conv kernel: one output row in equal pieces of at
@@ -105,9 +108,9 @@ struct IsaKernels {
     // The staged planes of one image and group (DirectShape) from x (unit column stride).
     void (*conv_stage)(const DirectShape& d, const float* x, std::ptrdiff_t x_cs,
                        std::ptrdiff_t x_rs, float* dst);
-    // Output channels [m0, m1) (m0 a multiple of cmr) and wide positions [q0, q1) (q = oy *
-    // wp + ox; q0 a multiple of cnr) of a unit-stride convolution: y = act(w @ taps + bias),
-    // tap row kk read at staged + offs[kk] + q.
+    // Output channels [m0, m1) (m0 a multiple of cmr) and tile positions [q0, q1) (q = oy *
+    // d.pitch + ox; q0 a multiple of cnr) of a unit-stride convolution: y = act(w @ taps +
+    // bias), tap row kk read at staged + offs[kk] + oy * wp + ox.
     void (*conv_direct)(const DirectShape& d, const float* staged, const int64_t* offs,
                         const float* wpacked, int64_t m0, int64_t m1, int64_t q0, int64_t q1,
                         float* y, const float* z, std::ptrdiff_t ldy, const float* bias,
