@@ -238,6 +238,12 @@ def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
             assert bool(calls) == native, (path, shape)
             expected = {"scalar": False, "avx512": True}.get(path, shape != (32, 1024))
             assert native == expected, (path, shape)
+    # a matrix-vector product stays on numpy on every path (it wastes the tile's rows)
+    model, feed = _matmul_model((1, 2048), (2048, 10), True)
+    for path in ISAS:
+        calls.clear()
+        _session(model, path).run(None, feed)
+        assert not calls, path
 
 
 @pytest.mark.parametrize("path", ALL_PATHS)

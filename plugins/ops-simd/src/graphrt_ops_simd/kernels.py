@@ -48,8 +48,11 @@ FAST_MAX_MACS = {"scalar": 0, "avx2": 1 << 14, "avx512": 1 << 13}
 #: (128x256 @ 256x1024: 89 ms for 200 calls on one thread, 92 ms on two), while the native
 #: kernel's row blocks scale.
 #: On avx512 (Zen 4) the packed product beat OpenBLAS 1.6-2.1x on every shape of
-#: bench/gemm_micro.py, 4 x 24 @ 24 x 32 to 128 x 1024 @ 1024 x 256: every row count.
-FAST_MIN_ROWS = {"scalar": None, "avx2": 128, "avx512": 1}
+#: bench/gemm_micro.py (4 x 24 @ 24 x 32 to 128 x 1024 @ 1024 x 256) and 1.3-1.6x from 8
+#: rows on narrow heads (8 x 1024 @ 1024 x 10, 16 x 256 @ 256 x 10); a product of one to four
+#: rows, a matrix-vector product that wastes the micro-tile's rows, stays on numpy
+#: (1 x 2048 @ 2048 x 1000: 205 us natively, 119 us in numpy).
+FAST_MIN_ROWS = {"scalar": None, "avx2": 128, "avx512": 8}
 F32 = np.dtype(np.float32)
 
 NumpyFactory = Callable[[NodeInfo], OpKernel]
