@@ -12,6 +12,7 @@ from __future__ import annotations
 from graphrt.errors import PluginError, PluginLoadWarning, SessionError
 from graphrt.hookspec import hookimpl
 from graphrt.kernel import OpDef, OpKernel
+from graphrt.lazy import lazy_names
 from graphrt.plugins import register_plugin, unregister_plugin
 from graphrt.profile import Profiler
 
@@ -48,17 +49,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'graphrt' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, the lazy ones included (tab completion, ``dir(graphrt)``)."""
-    return sorted(set(globals()) | set(_LAZY))
+#: ``dir(graphrt)`` lists the lazy names too (tab completion).
+__getattr__, __dir__ = lazy_names("graphrt", _LAZY, globals())

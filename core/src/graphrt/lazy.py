@@ -17,11 +17,12 @@ is a KernelRef.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from graphrt.errors import PluginError
 
-__all__ = ["KernelModule", "KernelRef", "kernel_modules"]
+__all__ = ["KernelModule", "KernelRef", "kernel_modules", "lazy_names"]
 
 
 class KernelRef:
@@ -101,3 +102,24 @@ def kernel_modules(package: str | None, names: str) -> tuple[KernelModule, ...]:
     ``from . import a, b``)."""
     prefix = f"{package}." if package else ""
     return tuple(KernelModule(prefix + name) for name in names.split())
+
+
+def lazy_names(
+    module: str, table: dict[str, str], namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module's ``__getattr__`` and ``__dir__`` for names imported on first access: ``table``
+    maps each to the module it comes from; a name found is stored in ``namespace`` (the
+    module's globals) so later lookups skip the function."""
+
+    def getattr_(name: str) -> Any:
+        source = table.get(name)
+        if source is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(source), name)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(table))
+
+    return getattr_, dir_

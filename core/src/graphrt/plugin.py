@@ -36,8 +36,7 @@ imports anyway (passes, protobuf types, the body runner) are imported on first a
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from graphrt.errors import PluginError, SessionError
 from graphrt.hookspec import hookimpl
@@ -54,7 +53,7 @@ from graphrt.kernel import (
     SteadyBody,
     evaluate_node,
 )
-from graphrt.lazy import KernelRef, kernel_modules
+from graphrt.lazy import KernelRef, kernel_modules, lazy_names
 from graphrt.limits import ARRAY_OVERHEAD, DEFAULT_MAX_MEMORY, value_nbytes
 from graphrt.paths import KernelPath
 
@@ -122,14 +121,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'graphrt.plugin' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names("graphrt.plugin", _LAZY, globals())
