@@ -78,6 +78,28 @@ def test_maxpool_values(isa, g):
     np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 16, 32, 32), (2, 3, 16, 16), (1, 5, 7, 8), (1, 2, 9, 36), (3, 1, 2, 2), (1, 1, 4, 70)],
+)
+def test_maxpool_2x2_flat_path(isa, shape):
+    """2x2 windows at stride 2 over even widths (the flat path across output rows: short rows,
+    rows of exactly a vector, tails, odd heights), through a bound MaxPoolCall."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(F32)
+    x.flat[rng.integers(0, x.size, 3)] = np.nan
+    out = (shape[2] // 2, shape[3] // 2)
+    y = np.full((*shape[:2], *out), 7.0, F32)
+    call = simd.MaxPoolCall(x, y, (2, 2), (2, 2), (1, 1), (0, 0), isa, 0, -1, 1)
+    call()
+    np.testing.assert_array_equal(y, maxpool_reference(x, (2, 2), (2, 2), (1, 1), (0, 0), out))
+    x[...] = -x  # the call reads its arrays anew each time
+    call()
+    np.testing.assert_array_equal(y, maxpool_reference(x, (2, 2), (2, 2), (1, 1), (0, 0), out))
+
+
 def test_maxpool_refusals():
     x, y = np.ones((1, 2, 5, 5), F32), np.empty((1, 2, 3, 3), F32)
     ok = [(3, 3), (1, 1), (1, 1), (0, 0), "scalar"]

@@ -26,6 +26,9 @@ ROW_BLOCK = 64
 #: Below this many multiply-adds a product runs as one block (threads cost more than they save).
 PARALLEL_THRESHOLD = 1 << 21
 EXACT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: Fast mode keeps a constant transB weight as given below this many rows of A (the bits then
+#: depend on the row count, an input shape, as BLAS's own kernel choice does anyway).
+GEMV_ROWS = 8
 
 
 def exact_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
@@ -54,7 +57,7 @@ class _Prepared:
     a_shape: tuple[int, ...]  # A as the product reads it (rank >= 2)
     b_shape: tuple[int, ...]
     out_shape: tuple[int, ...]  # output before 1-D squeezes, rank >= 2
-    b_const: np.ndarray | None  # a contiguous (transposed) copy of a constant B
+    b_const: np.ndarray | None  # a constant B: a contiguous copy, or (few rows) B.T's view
     c_scaled: np.ndarray | None  # Gemm: beta * C, folded once when C is constant
     blocks: int  # row blocks (1 = one call)
     nan_mask: int | None  # scratch index of the exact-mode NaN mask
@@ -133,7 +136,11 @@ class Gemm(OpKernel):
                 ) from exc
         b_value = ctx.known_value(1)
         b_const = None
-        if b_value is not None:
+        if b_value is not None and tb and m < GEMV_ROWS and not ctx.exact:
+            # a classifier head's few rows: BLAS's matrix-vector kernel reads a transposed
+            # weight row by row (1 x 2048 @ 2048 x 10: 1.6 us against 2.6 for the copy)
+            b_const = np.ascontiguousarray(b_value).T
+        elif b_value is not None:
             b_const = np.ascontiguousarray(b_value.T if tb else b_value)
         c_scaled = None
         c_value = ctx.known_value(2) if ctx.has_input(2) else None

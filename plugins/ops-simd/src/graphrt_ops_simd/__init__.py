@@ -6,6 +6,7 @@ from __future__ import annotations
 from ._native import (
     ConvPlan,
     GemmCall,
+    MaxPoolCall,
     PackedB,
     available_isas,
     canonicalize_nan,
@@ -22,6 +23,7 @@ from ._native import (
 __all__ = [
     "GemmCall",
     "ConvPlan",
+    "MaxPoolCall",
     "PackedB",
     "available_isas",
     "canonicalize_nan",

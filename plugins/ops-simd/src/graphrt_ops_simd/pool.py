@@ -91,7 +91,7 @@ class MaxPool(NativeKernel):
         # against the session's memory budget (up to 256 MiB a thread by the native bound)
         ctx.reserve(p.work_bytes * threads, "the native work buffer (one per thread)")
         window = (p.kernel, p.strides, p.dilations, p.pads, self.isa)
-        return functools.partial(_native.maxpool2d, x, y, *window, 0, -1, threads)
+        return _native.MaxPoolCall(x, y, *window, 0, -1, threads)  # arguments checked once
 
 
 def work_floats(w: Any, x_shape: Sequence[int], out_shape: Sequence[int]) -> int:

@@ -380,66 +380,110 @@ constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
 constexpr size_t MAX_POOL_KEEP = size_t(1) << 22;
 
 // y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
-// each axis, y's extents fix the windows.
+// each axis, y's extents fix the windows.  Its arguments are checked once, when it is made (a
+// plan binds one per run state); a call only runs the kernel (0.5 us of conversions a call
+// was a fifth of a small CNN's 2x2 pooling).
+class MaxPoolCall {
+public:
+    MaxPoolCall(InArray x, OutArray y, const std::vector<int64_t>& kernel,
+                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
+                int64_t plane_end, int threads)
+        : x_(x), y_(y), kern_(&kernels_for(isa)) {
+        check_matrix(x, "x", 4);
+        check_matrix(y, "y", 4);
+        const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
+            {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
+        for (const auto& [v, what] : checks) {
+            const int64_t least = v == &pads ? 0 : 1;
+            if (v->size() != 2 || (*v)[0] < least || (*v)[1] < least)
+                throw nb::value_error((std::string(what) + " must be two integers >= " +
+                                       std::to_string(least) + ", got " + dims(*v))
+                                          .c_str());
+        }
+        const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
+        if (ys[0] != xs[0] || ys[1] != xs[1])
+            throw nb::value_error(
+                ("y " + dims(ys) + " must have the images and channels of x " + dims(xs)).c_str());
+        const int64_t planes = mul(xs[0], xs[1], "the planes");
+        if (plane_end == -1) plane_end = planes;
+        if (plane_begin < 0 || plane_begin > plane_end || plane_end > planes)
+            throw nb::value_error(("plane range [" + std::to_string(plane_begin) + ", " +
+                                   std::to_string(plane_end) + ") is not inside [0, " +
+                                   std::to_string(planes) + ")")
+                                      .c_str());
+        check_flat(y, "y");
+        if (xs[3] > 1 && x.stride(3) != 1) throw nb::value_error("x must have unit column stride");
+        if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
+            throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
+        check_no_overlap(y, x, "x");
+        s_ = ConvShape{0, xs[2], xs[3], kernel[0], kernel[1], strides[0], strides[1],
+                       dilations[0], dilations[1], pads[0], pads[1], ys[2], ys[3]};
+        threads_ = clamp_threads(threads);
+        begin_ = plane_begin;
+        end_ = plane_end;
+        y_cs_ = ys[2] * ys[3];
+        if (plane_end == plane_begin || s_.oh == 0 || s_.ow == 0) {  // nothing to write
+            end_ = begin_;
+            return;
+        }
+        // every row offset the kernel forms lies in these extents; the work buffer holds oh + 1
+        // padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
+        padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, s_.oh);
+        const int64_t wide = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, s_.ow);
+        work_floats_ = bounded(mul(s_.oh + 1, wide, "the MaxPool work buffer"), MAX_POOL_WORK,
+                               "the MaxPool work buffer");
+        x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
+        x_rs_ = x.stride(2);
+        // below this many window reads the call keeps the GIL (releasing it costs more)
+        const int64_t outs = (end_ - begin_) * s_.oh * s_.ow;  // y's size at most: no overflow
+        small_ = threads_ == 1 && s_.kh <= 64 && s_.kw <= 64 && outs <= (int64_t(1) << 15) &&
+                 outs * s_.kh * s_.kw <= (int64_t(1) << 15);
+    }
+
+    void operator()() const {
+        if (end_ == begin_) return;
+        if (small_) {
+            run();
+            return;
+        }
+        nb::gil_scoped_release nogil;
+        run();
+    }
+
+private:
+    void run() const {
+        const float* px = static_cast<const float*>(x_.data());
+        float* py = static_cast<float*>(y_.data());
+        const int64_t count = end_ - begin_;
+        const int64_t blocks = threads_ > 1 ? std::min<int64_t>(count, 8 * threads_) : 1;
+        // planes are independent and a maximum is exact: any split gives the same values
+        NativePool::get().run(blocks, threads_, [&](int64_t i) {
+            thread_local std::vector<float> work;
+            work.resize(static_cast<size_t>(work_floats_));
+            const int64_t per = count / blocks, extra = count % blocks;  // no count * i products
+            const int64_t lo = begin_ + per * i + std::min(extra, i);
+            const int64_t hi = begin_ + per * (i + 1) + std::min(extra, i + 1);
+            kern_->maxpool2d(s_, px, x_cs_, x_rs_, lo, hi, py, y_cs_, work.data());
+            if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
+        });
+    }
+
+    InArray x_;  // held: the kernel reads and writes through their pointers
+    OutArray y_;
+    const IsaKernels* kern_;
+    ConvShape s_{};
+    int threads_ = 1;
+    int64_t begin_ = 0, end_ = 0, work_floats_ = 0;
+    std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
+    bool small_ = false;
+};
+
 void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
                int64_t plane_end, int threads) {
-    const IsaKernels& kern = kernels_for(isa);
-    check_matrix(x, "x", 4);
-    check_matrix(y, "y", 4);
-    const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
-        {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
-    for (const auto& [v, what] : checks) {
-        const int64_t least = v == &pads ? 0 : 1;
-        if (v->size() != 2 || (*v)[0] < least || (*v)[1] < least)
-            throw nb::value_error((std::string(what) + " must be two integers >= " +
-                                   std::to_string(least) + ", got " + dims(*v))
-                                      .c_str());
-    }
-    const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
-    if (ys[0] != xs[0] || ys[1] != xs[1])
-        throw nb::value_error(
-            ("y " + dims(ys) + " must have the images and channels of x " + dims(xs)).c_str());
-    const int64_t planes = mul(xs[0], xs[1], "the planes");
-    if (plane_end == -1) plane_end = planes;
-    if (plane_begin < 0 || plane_begin > plane_end || plane_end > planes)
-        throw nb::value_error(("plane range [" + std::to_string(plane_begin) + ", " +
-                               std::to_string(plane_end) + ") is not inside [0, " +
-                               std::to_string(planes) + ")")
-                                  .c_str());
-    check_flat(y, "y");
-    if (xs[3] > 1 && x.stride(3) != 1) throw nb::value_error("x must have unit column stride");
-    if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
-        throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
-    check_no_overlap(y, x, "x");
-    const ConvShape s{0, xs[2], xs[3], kernel[0], kernel[1], strides[0], strides[1],
-                      dilations[0], dilations[1], pads[0], pads[1], ys[2], ys[3]};
-    threads = clamp_threads(threads);
-    if (plane_end == plane_begin || s.oh == 0 || s.ow == 0) return;  // nothing to write
-    // every row offset the kernel forms lies in these extents; the work buffer holds oh + 1
-    // padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
-    padded_extent(s.h, s.ph, s.kh, s.sh, s.dh, s.oh);
-    const int64_t wide = padded_extent(s.w, s.pw, s.kw, s.sw, s.dw, s.ow);
-    const int64_t work_floats =
-        bounded(mul(s.oh + 1, wide, "the MaxPool work buffer"), MAX_POOL_WORK,
-                "the MaxPool work buffer");
-    const float* px = static_cast<const float*>(x.data());
-    float* py = static_cast<float*>(y.data());
-    const std::ptrdiff_t x_cs = xs[1] > 1 ? x.stride(1) : x.stride(0), x_rs = x.stride(2);
-    nb::gil_scoped_release nogil;
-    const int64_t count = plane_end - plane_begin;
-    const int64_t blocks = threads > 1 ? std::min<int64_t>(count, 8 * threads) : 1;
-    // planes are independent and a maximum is exact: any split gives the same values
-    NativePool::get().run(blocks, threads, [&](int64_t i) {
-        thread_local std::vector<float> work;
-        work.resize(static_cast<size_t>(work_floats));
-        const int64_t per = count / blocks, extra = count % blocks;  // no count * i products
-        const int64_t lo = plane_begin + per * i + std::min(extra, i);
-        const int64_t hi = plane_begin + per * (i + 1) + std::min(extra, i + 1);
-        kern.maxpool2d(s, px, x_cs, x_rs, lo, hi, py, ys[2] * ys[3], work.data());
-        if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
-    });
+    MaxPoolCall(x, y, kernel, strides, dilations, pads, isa, plane_begin, plane_end, threads)();
 }
 
 // ---- Concat ----------------------------------------------------------------------------------
@@ -600,6 +644,15 @@ NB_MODULE(_native, m) {
     bind_nms(m);
     bind_rnn(m);
     bind_attention(m);
+    nb::class_<MaxPoolCall>(m, "MaxPoolCall",
+                            "maxpool2d's arguments checked once; calling it runs maxpool2d.")
+        .def(nb::init<InArray, OutArray, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, const std::string&, int64_t, int64_t, int>(),
+             nb::arg("x"), nb::arg("y"), nb::arg("kernel"), nb::arg("strides"),
+             nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"), nb::arg("plane_begin") = 0,
+             nb::arg("plane_end") = -1, nb::arg("threads") = 1)
+        .def("__call__", &MaxPoolCall::operator());
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
