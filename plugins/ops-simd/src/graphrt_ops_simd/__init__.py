@@ -1,10 +1,12 @@
-"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm), 2-D convolution (Conv, FusedConv),
-exp/tanh/sigmoid/erf and NonMaxSuppression kernels, as graphrt kernel paths."""
+"""graphrt-ops-simd: native float32 GEMM (MatMul, Gemm), 2-D convolution (Conv, FusedConv,
+depthwise too), MaxPool, exp/tanh/sigmoid/erf and NonMaxSuppression kernels, as graphrt
+kernel paths."""
 
 from __future__ import annotations
 
 from ._native import (
     ConvPlan,
+    DepthwiseCall,
     GemmCall,
     MaxPoolCall,
     PackedB,
@@ -23,6 +25,7 @@ from ._native import (
 __all__ = [
     "GemmCall",
     "ConvPlan",
+    "DepthwiseCall",
     "MaxPoolCall",
     "PackedB",
     "available_isas",

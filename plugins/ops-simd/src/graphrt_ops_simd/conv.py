@@ -59,8 +59,39 @@ class _Plan:
     residual: bool = False  # FusedConv's Z (input 3), summed in the kernel before the activation
 
 
+@dataclasses.dataclass(frozen=True)
+class _DepthwisePlan:
+    """Fast mode's native depthwise convolution (group = channels, one weight plane each)."""
+
+    weight: np.ndarray  # (C, 1, kh, kw), contiguous float32
+    bias: np.ndarray | None  # a constant bias, contiguous float32
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int]
+    activation: str  # "none" or "relu"
+    work_bytes: int  # one thread's staged plane, outside the slab
+
+
+#: The widest vector of any path (floats), for sizing the depthwise kernel's staged plane.
+_WIDEST = 16
+#: Above this many floats of staged plane per thread the depthwise layer stays on numpy.
+DEPTHWISE_MAX_WORK = 1 << 22
+
+
+def depthwise_work_floats(w: Any, kernel: Sequence[int]) -> int:
+    """Floats of the native depthwise kernel's per-thread buffer (src/native/dwconv_driver.inc):
+    the staged rows, each split into stride phases of whole vectors plus one of slack."""
+    (sh, sw), (dh, dw), (oh, ow) = w.strides, w.dilations, w.out
+    rows = (oh - 1) * sh + (kernel[0] - 1) * dh + 1
+    span = (ow - 1) * sw + (kernel[1] - 1) * dw + 1
+    phase_floats = -(-span // sw)
+    phase = -(-phase_floats // _WIDEST) * _WIDEST + _WIDEST
+    return rows * sw * phase + _WIDEST + 2 * kernel[0] * kernel[1]
+
+
 class Conv(NativeKernel):
-    plan_type = (_Plan, conv_exact.ExactPlan)  # fast mode's native plan, or exact mode's
+    # fast mode's native plans (GEMM-blocked, depthwise), or exact mode's
+    plan_type = (_Plan, _DepthwisePlan, conv_exact.ExactPlan)
 
     def fused_activation(self) -> str:
         return ""
@@ -78,10 +109,11 @@ class Conv(NativeKernel):
             or any(ctx.dtype(i) != F32 for i in range(ctx.num_inputs) if ctx.has_input(i))
             or len(out_shape) != 4
             or ctx.known_value(1) is None
-            or out_shape[1] // plan.group < MIN_GROUP_CHANNELS
             or (ctx.has_input(3) and ctx.shape(3) != tuple(out_shape))  # Z broadcast: numpy's
         ):
             return self.fallback(ctx)
+        if out_shape[1] // plan.group < MIN_GROUP_CHANNELS:
+            return self.infer_depthwise(ctx, plan, out_shape)
         ctx.set_output(0, dtype, out_shape)
         w = plan.w
         try:  # the plan checks every size it derives (overflow, a bound of 2 GiB)
@@ -113,11 +145,57 @@ class Conv(NativeKernel):
         residual = ctx.has_input(3)
         ctx.prepared = _Plan(native, work, bias, activation, epilogue, gelu, residual)
 
+    def infer_depthwise(self, ctx: InferContext, plan: Any, out_shape: Sequence[int]) -> None:
+        """The native depthwise kernel for one channel in and out per group (a depthwise
+        layer's dot products have nothing for a micro-tile to share), with a Relu fused in;
+        a thin grouped convolution, a residual or another activation stays on numpy."""
+        weight = ctx.known_value(1)
+        kind = self.fused_activation()
+        if (
+            not plan.group == ctx.shape(0)[1] == out_shape[1]
+            or weight.shape[1] != 1
+            or ctx.has_input(3)
+            or kind not in ("", "Relu")
+        ):
+            return self.fallback(ctx)
+        w = plan.w
+        work = depthwise_work_floats(w, weight.shape[2:])
+        if work > DEPTHWISE_MAX_WORK:
+            return self.fallback(ctx)
+        ctx.set_output(0, F32, out_shape)
+        bias = ctx.known_value(2) if ctx.has_input(2) else None
+        ctx.prepared = _DepthwisePlan(
+            np.ascontiguousarray(weight, dtype=F32),
+            None if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=F32),
+            tuple(w.strides), tuple(w.dilations), tuple(w.begin),
+            "relu" if kind == "Relu" else "none",
+            work * F32.itemsize,
+        )  # fmt: skip
+
+    def bind_depthwise(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        p: _DepthwisePlan = ctx.prepared
+        x = inputs[0]
+        if x.shape[3] > 1 and x.strides[3] != 4:  # a strided view: one contiguous copy per run
+            return functools.partial(_with_contiguous_inputs, self, ctx, inputs, outputs)
+        bias = p.bias
+        if bias is None and len(inputs) > 2 and inputs[2] is not None:
+            bias = np.ascontiguousarray(inputs[2], dtype=F32)
+        threads = getattr(ctx.pool, "threads", 1)
+        ctx.reserve(p.work_bytes * threads, "the native depthwise work buffer (one per thread)")
+        return _native.DepthwiseCall(
+            x, p.weight, bias, outputs[0], p.strides, p.dilations, p.pads, p.activation,
+            self.isa, threads,
+        )  # fmt: skip
+
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         if isinstance(ctx.prepared, conv_exact.ExactPlan):
             return conv_exact.bind(self, ctx, inputs, outputs)
+        if isinstance(ctx.prepared, _DepthwisePlan):
+            return self.bind_depthwise(ctx, inputs, outputs)
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
         z = inputs[3] if p.residual else None

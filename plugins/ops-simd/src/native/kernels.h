@@ -136,6 +136,16 @@ struct IsaKernels {
     // values of the selected boxes, padded with NaN up to a multiple of NMS_CHUNK.
     bool (*nms_suppressed)(const float* const* sel, int64_t count, const float* box,
                            float threshold);
+    // Floats of one thread's work buffer for depthwise2d (a staged, padded plane).
+    int64_t (*depthwise_work)(const ConvShape& s);
+    // Depthwise convolution (group = channels, one weight plane each) of planes [p0, p1) of
+    // x (plane p is channel p % channels; plane stride x_cs, row stride x_rs, unit column
+    // stride): y = act(conv(x, w[c]) + bias[c]), w channels x kh x kw, bias null or per
+    // channel, act ACT_NONE or ACT_RELU; y planes of oh x ow at stride y_cs.
+    void (*depthwise2d)(const ConvShape& s, int64_t channels, const float* x,
+                        std::ptrdiff_t x_cs, std::ptrdiff_t x_rs, int64_t p0, int64_t p1,
+                        const float* w, const float* bias, int act, float* y,
+                        std::ptrdiff_t y_cs, float* work);
 };
 
 // Selected boxes per step of nms_suppressed (its arrays are padded to a multiple of it).

@@ -479,6 +479,123 @@ private:
     bool small_ = false;
 };
 
+// ---- depthwise convolution -------------------------------------------------------------------
+
+// y = act(depthwise(x, w) + bias), float32 NCHW, group = channels (w: C x 1 x kh x kw, C-
+// contiguous), pads = the pads before each axis, y's extents fix the windows (zeros outside x).
+// Arguments checked once, when it is made (a plan binds one per run state).
+class DepthwiseCall {
+public:
+    DepthwiseCall(InArray x, InArray w, std::optional<InArray> bias, OutArray y,
+                  const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                  const std::vector<int64_t>& pads, const std::string& activation,
+                  const std::string& isa, int threads)
+        : x_(x), w_(w), bias_(bias), y_(y), kern_(&kernels_for(isa)) {
+        check_matrix(x, "x", 4);
+        check_matrix(y, "y", 4);
+        check_matrix(w, "w", 4);
+        check_flat(y, "y");
+        check_flat(w, "w");
+        const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
+            {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
+        for (const auto& [v, what] : checks) {
+            const int64_t least = v == &pads ? 0 : 1;
+            if (v->size() != 2 || (*v)[0] < least || (*v)[1] < least)
+                throw nb::value_error((std::string(what) + " must be two integers >= " +
+                                       std::to_string(least) + ", got " + dims(*v))
+                                          .c_str());
+        }
+        const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y), ws = shape_of(w);
+        if (ys[0] != xs[0] || ys[1] != xs[1] || ws[0] != xs[1] || ws[1] != 1 || ws[2] < 1 ||
+            ws[3] < 1)
+            throw nb::value_error(("x " + dims(xs) + ", w " + dims(ws) + " and y " + dims(ys) +
+                                   " are not a depthwise convolution (w must be C x 1 x kh x kw "
+                                   "for x's C channels, y must have x's images and channels)")
+                                      .c_str());
+        if (xs[3] > 1 && x.stride(3) != 1) throw nb::value_error("x must have unit column stride");
+        if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
+            throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
+        check_no_overlap(y, x, "x");
+        check_no_overlap(y, w, "w");
+        if (bias) {
+            check_matrix(*bias, "bias", 1);
+            check_flat(*bias, "bias");
+            if (static_cast<int64_t>(bias->shape(0)) != xs[1])
+                throw nb::value_error(("bias must hold one float per channel (" +
+                                       std::to_string(xs[1]) + "), got " +
+                                       std::to_string(bias->shape(0)))
+                                          .c_str());
+            check_no_overlap(y, *bias, "bias");
+        }
+        act_ = parse_activation(activation);
+        if (act_ != ACT_NONE && act_ != ACT_RELU)
+            throw nb::value_error("the depthwise convolution takes activation none or relu");
+        s_ = ConvShape{1, xs[2], xs[3], ws[2], ws[3], strides[0], strides[1],
+                       dilations[0], dilations[1], pads[0], pads[1], ys[2], ys[3]};
+        channels_ = xs[1];
+        planes_ = mul(xs[0], xs[1], "the planes");
+        threads_ = clamp_threads(threads);
+        y_cs_ = ys[2] * ys[3];
+        if (planes_ == 0 || s_.oh == 0 || s_.ow == 0) {  // nothing to write
+            planes_ = 0;
+            return;
+        }
+        // the staged plane (dwconv_driver.inc), every size checked before the kernel forms it
+        const char* what = "the depthwise work buffer";
+        const int64_t rows = padded_extent(0, 0, s_.kh, s_.sh, s_.dh, s_.oh);
+        const int64_t span = padded_extent(0, 0, s_.kw, s_.sw, s_.dw, s_.ow);
+        const int64_t len = add(span / s_.sw, 64, what);  // >= the driver's phase_len
+        bounded(mul(mul(rows, s_.sw, what), len, what), MAX_POOL_WORK, what);
+        work_floats_ = kern_->depthwise_work(s_);
+        x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
+        x_rs_ = x.stride(2);
+        const int64_t outs = planes_ * s_.oh * s_.ow;  // y's size: no overflow
+        small_ = threads_ == 1 && s_.kh <= 64 && s_.kw <= 64 && outs <= (int64_t(1) << 13) &&
+                 outs * s_.kh * s_.kw <= (int64_t(1) << 15);
+    }
+
+    void operator()() const {
+        if (planes_ == 0) return;
+        if (small_) {
+            run();
+            return;
+        }
+        nb::gil_scoped_release nogil;
+        run();
+    }
+
+private:
+    void run() const {
+        const float* px = static_cast<const float*>(x_.data());
+        const float* pw = static_cast<const float*>(w_.data());
+        const float* pb = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
+        float* py = static_cast<float*>(y_.data());
+        const int64_t count = planes_;
+        const int64_t blocks = threads_ > 1 ? std::min<int64_t>(count, 8 * threads_) : 1;
+        // planes are independent and each output's sum has one order: any split, same bits
+        NativePool::get().run(blocks, threads_, [&](int64_t i) {
+            thread_local std::vector<float> work;
+            work.resize(static_cast<size_t>(work_floats_));
+            const int64_t per = count / blocks, extra = count % blocks;
+            const int64_t lo = per * i + std::min(extra, i);
+            const int64_t hi = per * (i + 1) + std::min(extra, i + 1);
+            kern_->depthwise2d(s_, channels_, px, x_cs_, x_rs_, lo, hi, pw, pb, act_, py, y_cs_,
+                               work.data());
+            if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
+        });
+    }
+
+    InArray x_, w_;  // held: the kernel reads and writes through their pointers
+    std::optional<InArray> bias_;
+    OutArray y_;
+    const IsaKernels* kern_;
+    ConvShape s_{};
+    int threads_ = 1, act_ = ACT_NONE;
+    int64_t channels_ = 0, planes_ = 0, work_floats_ = 0;
+    std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
+    bool small_ = false;
+};
+
 void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
@@ -653,6 +770,16 @@ NB_MODULE(_native, m) {
              nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"), nb::arg("plane_begin") = 0,
              nb::arg("plane_end") = -1, nb::arg("threads") = 1)
         .def("__call__", &MaxPoolCall::operator());
+    nb::class_<DepthwiseCall>(m, "DepthwiseCall",
+                              "A depthwise convolution's arguments checked once; calling it "
+                              "writes y = act(depthwise(x, w) + bias).")
+        .def(nb::init<InArray, InArray, std::optional<InArray>, OutArray,
+                      const std::vector<int64_t>&, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, const std::string&, const std::string&, int>(),
+             nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("y"), nb::arg("strides"),
+             nb::arg("dilations"), nb::arg("pads"), nb::arg("activation"), nb::arg("isa"),
+             nb::arg("threads") = 1)
+        .def("__call__", &DepthwiseCall::operator());
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
           nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1, nb::arg("threads") = 1,
