@@ -212,6 +212,7 @@ FAMILY_TESTS = {
     "training": ["ops/test_training.py", "ops/test_training_contract.py"],
     "sequence": ["ops/test_rnn.py"],
     "attention": ["ops/test_attention.py"],
+    "quantization": ["ops/test_quantization.py"],
 }
 
 

@@ -362,3 +362,19 @@ OPERATORS += [
     OpDef("RMSNormalization", rms_norm.RMSNormalization, domain=GRAPHRT),
 ]
 # == end: attention ==
+
+# == family: quantization == (issue 17: linear quantization, integer and quantized products)
+qconv, qmatmul, quantize = kernel_modules(__package__, "qconv qmatmul quantize")
+
+OPERATORS += [
+    # linear (de)quantization, opsets 10-28: per tensor, per axis, blocked (quantize.py)
+    OpDef("QuantizeLinear", quantize.QuantizeLinear, since=10),
+    OpDef("DequantizeLinear", quantize.DequantizeLinear, since=10),
+    OpDef("DynamicQuantizeLinear", quantize.DynamicQuantizeLinear, since=11),
+    # exact integer products through float BLAS, requantized (qmatmul.py, qconv.py)
+    OpDef("MatMulInteger", qmatmul.MatMulInteger, since=10),
+    OpDef("QLinearMatMul", qmatmul.QLinearMatMul, since=10),
+    OpDef("ConvInteger", qconv.ConvInteger, since=10),
+    OpDef("QLinearConv", qconv.QLinearConv, since=10),
+]
+# == end: quantization ==
