@@ -379,6 +379,42 @@ void canonicalize_nan(OutArray x) {
 constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
 constexpr size_t MAX_POOL_KEEP = size_t(1) << 22;
 
+// fn(lo, hi, work) over planes [begin, begin + count) in up to 8 blocks a thread on the plugin's
+// pool, each with its thread's work buffer of work_floats floats (kept between calls up to
+// MAX_POOL_KEEP).  The planes are independent: any split gives the same values.
+template <class F>
+void run_plane_blocks(int64_t begin, int64_t count, int threads, int64_t work_floats,
+                      const F& fn) {
+    const int64_t blocks = threads > 1 ? std::min<int64_t>(count, 8 * threads) : 1;
+    NativePool::get().run(blocks, threads, [&](int64_t i) {
+        thread_local std::vector<float> work;
+        work.resize(static_cast<size_t>(work_floats));
+        const int64_t per = count / blocks, extra = count % blocks;  // no count * i products
+        const int64_t lo = begin + per * i + std::min(extra, i);
+        const int64_t hi = begin + per * (i + 1) + std::min(extra, i + 1);
+        fn(lo, hi, work.data());
+        if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
+    });
+}
+
+// Whether a one-thread call over `outs` outputs of a kh x kw window is small enough to keep the
+// GIL (releasing and taking it back costs more than the work); outs is an array's size.
+inline bool keeps_gil(int threads, int64_t outs, int64_t kh, int64_t kw, int64_t most_outs) {
+    return threads == 1 && kh <= 64 && kw <= 64 && outs <= most_outs &&
+           outs * kh * kw <= (int64_t(1) << 15);
+}
+
+// run() with the GIL held (a small call) or released.
+template <class F>
+void run_releasing_gil(bool small, const F& run) {
+    if (small) {
+        run();
+        return;
+    }
+    nb::gil_scoped_release nogil;
+    run();
+}
+
 // y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
 // each axis, y's extents fix the windows.  Its arguments are checked once, when it is made (a
 // plan binds one per run state); a call only runs the kernel (0.5 us of conversions a call
@@ -435,40 +471,23 @@ public:
                                "the MaxPool work buffer");
         x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         x_rs_ = x.stride(2);
-        // below this many window reads the call keeps the GIL (releasing it costs more)
         const int64_t outs = (end_ - begin_) * s_.oh * s_.ow;  // y's size at most: no overflow
-        small_ = threads_ == 1 && s_.kh <= 64 && s_.kw <= 64 && outs <= (int64_t(1) << 15) &&
-                 outs * s_.kh * s_.kw <= (int64_t(1) << 15);
+        small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 15);
     }
 
     void operator()() const {
         if (end_ == begin_) return;
-        if (small_) {
-            run();
-            return;
-        }
-        nb::gil_scoped_release nogil;
-        run();
-    }
-
-private:
-    void run() const {
-        const float* px = static_cast<const float*>(x_.data());
-        float* py = static_cast<float*>(y_.data());
-        const int64_t count = end_ - begin_;
-        const int64_t blocks = threads_ > 1 ? std::min<int64_t>(count, 8 * threads_) : 1;
-        // planes are independent and a maximum is exact: any split gives the same values
-        NativePool::get().run(blocks, threads_, [&](int64_t i) {
-            thread_local std::vector<float> work;
-            work.resize(static_cast<size_t>(work_floats_));
-            const int64_t per = count / blocks, extra = count % blocks;  // no count * i products
-            const int64_t lo = begin_ + per * i + std::min(extra, i);
-            const int64_t hi = begin_ + per * (i + 1) + std::min(extra, i + 1);
-            kern_->maxpool2d(s_, px, x_cs_, x_rs_, lo, hi, py, y_cs_, work.data());
-            if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
+        run_releasing_gil(small_, [this] {
+            const float* px = static_cast<const float*>(x_.data());
+            float* py = static_cast<float*>(y_.data());
+            run_plane_blocks(begin_, end_ - begin_, threads_, work_floats_,
+                             [&](int64_t lo, int64_t hi, float* work) {
+                                 kern_->maxpool2d(s_, px, x_cs_, x_rs_, lo, hi, py, y_cs_, work);
+                             });
         });
     }
 
+private:
     InArray x_;  // held: the kernel reads and writes through their pointers
     OutArray y_;
     const IsaKernels* kern_;
@@ -550,41 +569,26 @@ public:
         x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         x_rs_ = x.stride(2);
         const int64_t outs = planes_ * s_.oh * s_.ow;  // y's size: no overflow
-        small_ = threads_ == 1 && s_.kh <= 64 && s_.kw <= 64 && outs <= (int64_t(1) << 13) &&
-                 outs * s_.kh * s_.kw <= (int64_t(1) << 15);
+        small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 13);
     }
 
     void operator()() const {
         if (planes_ == 0) return;
-        if (small_) {
-            run();
-            return;
-        }
-        nb::gil_scoped_release nogil;
-        run();
-    }
-
-private:
-    void run() const {
-        const float* px = static_cast<const float*>(x_.data());
-        const float* pw = static_cast<const float*>(w_.data());
-        const float* pb = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
-        float* py = static_cast<float*>(y_.data());
-        const int64_t count = planes_;
-        const int64_t blocks = threads_ > 1 ? std::min<int64_t>(count, 8 * threads_) : 1;
-        // planes are independent and each output's sum has one order: any split, same bits
-        NativePool::get().run(blocks, threads_, [&](int64_t i) {
-            thread_local std::vector<float> work;
-            work.resize(static_cast<size_t>(work_floats_));
-            const int64_t per = count / blocks, extra = count % blocks;
-            const int64_t lo = per * i + std::min(extra, i);
-            const int64_t hi = per * (i + 1) + std::min(extra, i + 1);
-            kern_->depthwise2d(s_, channels_, px, x_cs_, x_rs_, lo, hi, pw, pb, act_, py, y_cs_,
-                               work.data());
-            if (work.capacity() > MAX_POOL_KEEP) std::vector<float>().swap(work);  // no hoarding
+        run_releasing_gil(small_, [this] {
+            const float* px = static_cast<const float*>(x_.data());
+            const float* pw = static_cast<const float*>(w_.data());
+            const float* pb = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
+            float* py = static_cast<float*>(y_.data());
+            // each output's sum has one order: any split of the planes, the same bits
+            run_plane_blocks(0, planes_, threads_, work_floats_,
+                             [&](int64_t lo, int64_t hi, float* work) {
+                                 kern_->depthwise2d(s_, channels_, px, x_cs_, x_rs_, lo, hi, pw,
+                                                    pb, act_, py, y_cs_, work);
+                             });
         });
     }
 
+private:
     InArray x_, w_;  // held: the kernel reads and writes through their pointers
     std::optional<InArray> bias_;
     OutArray y_;
