@@ -30,12 +30,13 @@ namespace {
 // direct kernel still wins on rows of whole tiles (small_cnn's 16->32 with Relu, rows of 16:
 // direct 13.5, lanes 14.5 us; deeper than 256 untried: lanes), the least fill of the direct
 // kernel's row tiles (in quarters) below which lanes run shallow windows too (7 x 7 maps fill
-// 7 of 16 lanes), and the depth from which it beat packing columns for strided ones.
+// 7 of 16 lanes), and the depth from which it beat packing columns for strided ones
+// (light_squeezenet's 3x3/2 3->64 on 224 x 224, a depth of 27: lanes 0.30, packed 0.34 ms).
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
 constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
 constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
 constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
-constexpr int64_t LANES_MIN_DEPTH = 64;
+constexpr int64_t LANES_MIN_DEPTH = 24;
 // Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
 // stream kernel) instead of packing them: with more, the packed panel serves enough channel
 // tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms).
