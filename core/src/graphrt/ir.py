@@ -31,7 +31,7 @@ class ValueDecl:
     name: str
     dtype: np.dtype | None
     dims: tuple[Dim, ...] | None  # None: no shape declared (any rank)
-    kind: str = "tensor"  # tensor, sequence, optional
+    kind: str = "tensor"  # tensor, sequence, optional, map
     type_proto: Any = None
 
     @property
@@ -487,6 +487,8 @@ def decl(v: proto.ValueInfoProto) -> ValueDecl:
         return ValueDecl(v.name, None, None, "sequence", t)
     if which == "optional_type":
         return ValueDecl(v.name, None, None, "optional", t)
+    if which == "map_type":
+        return ValueDecl(v.name, None, None, "map", t)
     return ValueDecl(v.name, None, None, "tensor" if which is None else str(which), t)
 
 

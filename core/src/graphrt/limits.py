@@ -126,7 +126,7 @@ class RunLimits:
     work buffer a kernel reserved (steps run one at a time, so the largest counts).
     """
 
-    __slots__ = ("budget", "native", "outer", "own", "token", "used")
+    __slots__ = ("budget", "native", "outer", "own", "profiler", "token", "used")
 
     def __init__(self, budget: int = DEFAULT_MAX_MEMORY, own: int = 0) -> None:
         self.budget = budget
@@ -135,6 +135,10 @@ class RunLimits:
         self.native = 0
         self.used = 0
         self.token: Any = None
+        #: Only on a profiled run state (graphrt.observe): non-None from its making on (so its
+        #: kernels bind no steady shortcut that bodies would run untimed), and in a run the
+        #: :class:`graphrt.profile.BodyFrame` of the step running, for the bodies it runs.
+        self.profiler: Any = None
 
     def held(self) -> int:
         return self.outer + self.own + self.native + self.used

@@ -139,6 +139,9 @@ def build_plan(
             dynamic.add(vid)
     for vid, value in graph.constants.items():
         types[vid] = ValueType(value.dtype, value.shape) if isinstance(value, np.ndarray) else None
+    half = graph.half_weights
+    for vid in half:  # stored float16/bfloat16, typed float32 (graphrt.compiled._store_half)
+        types[vid] = ValueType(np.dtype(np.float32), graph.constants[vid].shape)
     steps: list[Step] = []
     folded = 0
     exact = graph.exact
@@ -162,6 +165,8 @@ def build_plan(
         all_const = all(v < 0 or v in constants for v in ins)
         if all_const and evaluable_early(node.info):
             args = [constants[v] if v >= 0 else None for v in ins]
+            if half:  # the folding kernel sees the float32 weights
+                args = [a.astype(np.float32) if v in half else a for v, a in zip(ins, args)]
             # decided from the inferred types before anything is computed: a result over the
             # limit is refused by the limits, and the node is scheduled instead
             limits = RunLimits(min(_fold_limit(args), graph.max_memory))
@@ -239,6 +244,10 @@ def build_plan(
             steps.append(Step(node, VIEW))
             continue
         if dynamic and any(o in dynamic for o in node.outputs):
+            # a dynamic step makes all its outputs at run time, the tensors beside a string
+            # output too (LinearClassifier's probabilities beside its labels): static readers
+            # of those would be bound to arrays the step never writes
+            dynamic.update(o for o in node.outputs if o >= 0)
             steps.append(Step(node, DYNAMIC))
             continue
         steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch)))

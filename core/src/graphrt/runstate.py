@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from graphrt.ir import check_cancelled
 from graphrt.kernel import InferContext, KernelContext
 from graphrt.limits import RunLimits
 from graphrt.memory import ALIGN
+from graphrt.observe import run_observed, run_profiled
 from graphrt.plan import (
     ASSEMBLED,
     DYNAMIC,
@@ -31,7 +31,6 @@ from graphrt.plan import (
     check_holdable_types,
     infer_failure,
 )
-from graphrt.profile import ProfileEvent
 from graphrt.shapes import check_value
 from graphrt.values import copy_value
 
@@ -104,7 +103,9 @@ def _aligned_bytes(nbytes: int) -> np.ndarray:
 
 
 class RunState:
-    def __init__(self, plan: ExecutionPlan, pool: Any) -> None:
+    def __init__(self, plan: ExecutionPlan, pool: Any, profiled: bool = False) -> None:
+        """``profiled``: a state for profiled runs only (:meth:`run_profiled`), whose kernels
+        bind no shortcut running a body outside the profiler's sight."""
         self.plan = plan
         graph = plan.graph
         mem = plan.memory
@@ -114,6 +115,8 @@ class RunState:
         #: The run's memory budget and cancellation token, shared by the arena and every
         #: KernelContext; the session sets the token, a body's caller the rest.
         self.limits = RunLimits(graph.max_memory, mem.size)
+        if profiled:  # before the kernels bind (see graphrt.subgraph.BodySession.bound)
+            self.limits.profiler = True
         self.arena = Arena(plan.debug, self.limits)
         self.pool = pool
         n = max(len(graph.names), 1)
@@ -301,33 +304,23 @@ class RunState:
                 check_value(bindings, c, x.shape)
         self._check(checks.before)
 
-    def run_profiled(self, feeds: list[np.ndarray], profiler: Any, token: Any = None) -> list[Any]:
-        """Like :meth:`run`, timing every step into ``profiler`` (and checking ``token``)."""
-        saved = self.program
-        tid = threading.get_ident()
-        steps = self.plan.steps
+    def run_profiled(
+        self,
+        feeds: list[np.ndarray],
+        profiler: Any,
+        token: Any = None,
+        bindings: dict | None = None,
+        parent: Any = None,
+        iteration: int = 0,
+    ) -> list[Any]:
+        """Like :meth:`run`, one event per step into ``profiler`` (and checking ``token``); on
+        a state made with ``profiled=True`` (graphrt.observe.run_profiled)."""
+        return run_profiled(self, feeds, profiler, token, bindings, parent, iteration)
 
-        def timed(f: Any, index: int) -> Any:
-            node = steps[index].node.info
-            name, op, kind = node.name or node.op_type, node.op_type, steps[index].kind
-
-            def call() -> None:
-                check_cancelled(token)
-                t0 = time.perf_counter_ns()
-                f()
-                t1 = time.perf_counter_ns()
-                profiler.record(ProfileEvent(name, op, kind, t0, t1 - t0, tid))
-
-            return call
-
-        self.program = [timed(f, i) for f, i in zip(saved, self.step_index)]
-        start = time.perf_counter_ns()
-        try:
-            return self.run(feeds)
-        finally:
-            self.program = saved
-            end = time.perf_counter_ns()
-            profiler.record(ProfileEvent("run", "run", "run", start, end - start, tid))
+    def run_observed(self, feeds: list[np.ndarray], token: Any = None) -> tuple[list[Any], dict]:
+        """Like :meth:`run`, also returning a copy of every value a step made, by value id
+        (graphrt.observe.run_observed)."""
+        return run_observed(self, feeds, token)
 
     def run_checked(self, feeds: list[np.ndarray], token: Any) -> list[Any]:
         """Like :meth:`run`, checking a cancellation token between steps."""
@@ -462,6 +455,7 @@ class StatePool:
     def __init__(self, plan: ExecutionPlan) -> None:
         self.plan = plan
         self._idle: list[RunState] = []
+        self._profiled: list[RunState] = []
         self._lock = threading.Lock()
         #: How many run states this pool ever created (reuse makes this small).
         self.states_created = 0
@@ -478,6 +472,22 @@ class StatePool:
         state.plan = self.plan
         return state
 
+    def acquire_profiled(self, pool: Any) -> RunState:
+        """An idle state of the plan for profiled runs (kept apart from the others: see
+        ``RunState(profiled=True)``), or a new one."""
+        try:
+            state = self._profiled.pop()
+        except IndexError:
+            with gc_paused():
+                return RunState(self.plan, pool, profiled=True)
+        state.plan = self.plan
+        return state
+
+    def release_profiled(self, state: RunState) -> None:
+        if len(self._profiled) < MAX_IDLE_STATES:
+            state.plan = None  # (as release does)
+            self._profiled.append(state)
+
     def release(self, state: RunState) -> None:
         if len(self._idle) < MAX_IDLE_STATES:
             # An idle state does not point back at its plan: a plan dropped with its session
@@ -490,3 +500,4 @@ class StatePool:
         """Let the idle run states (and their slabs) go: a body whose shapes change every
         iteration would otherwise keep one slab per recent shape, outside any budget."""
         self._idle = []
+        self._profiled = []

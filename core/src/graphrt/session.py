@@ -156,7 +156,8 @@ class Session:
         ``out`` maps output names to caller-provided arrays that are checked and overwritten
         (and returned); other outputs are new arrays the caller owns.  ``cancellation`` is
         checked while planning, between steps and at every iteration of If/Loop/Scan bodies;
-        ``profiler`` (a :class:`graphrt.Profiler`) records step times.
+        ``profiler`` (a :class:`graphrt.Profiler`) records step times, those of the nodes
+        inside bodies too.  :meth:`run_with_intermediates` returns every intermediate value.
         """
         if self._closed:
             raise SessionError("closed", "the session is closed")
@@ -170,14 +171,14 @@ class Session:
         out_arrays = self._validate_out(out, indices) if out else None
         if states is None:
             states = self._states_for(feeds, cancellation)
+        if profiler is not None:
+            return self._run_profiled(states, feeds, indices, out_arrays, cancellation, profiler)
         state = states.acquire(self._pool)
         try:
             state.limits.token = cancellation  # what bodies check at every iteration
             errors = _fp_errors_ignored()
             try:
-                if profiler is not None:
-                    results = state.run_profiled(feeds, profiler, cancellation)
-                elif cancellation is not None:
+                if cancellation is not None:
                     results = state.run_checked(feeds, cancellation)
                 else:
                     results = state.run(feeds)
@@ -190,6 +191,59 @@ class Session:
             return self._deliver(results, indices, out_arrays)
         finally:
             states.release(state)
+
+    def _run_profiled(self, states, feeds, indices, out_arrays, token, profiler) -> list[Any]:
+        """:meth:`run` with a profiler, on a run state kept for profiled runs (whose kernels
+        run bodies where the profiler sees them)."""
+
+        def run(state: RunState) -> list[Any]:
+            state.limits.token = token
+            results = state.run_profiled(feeds, profiler, token)
+            return self._deliver(results, indices, out_arrays)
+
+        return self._run_on(states, run, profiled=True)
+
+    def run_with_intermediates(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        *,
+        cancellation: CancellationToken | None = None,
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """:meth:`run`, also returning every intermediate value: ``(outputs, {name: value})``.
+
+        An ordinary run (the cached plan with its memory reuse and in-place steps, the same
+        kernels: the same bits in exact mode), each value copied right after the step making
+        it.  Every value a node of the graph as the passes left it made (optimization_level=
+        "none" keeps every node of the model), outputs and values folded into constants
+        included; inputs, initializers and values inside If/Loop/Scan bodies not.  Returned,
+        not kept on the session: concurrent calls are independent.
+        """
+        if self._closed:
+            raise SessionError("closed", "the session is closed")
+        feeds = self._validate_inputs(input_feed)
+        indices = self._output_indices(output_names)
+
+        def run(state: RunState) -> tuple[list[Any], dict[int, Any]]:
+            state.limits.token = cancellation
+            results, kept = state.run_observed(feeds, cancellation)
+            return self._deliver(results, indices, None), kept
+
+        outputs, kept = self._run_on(self._states_for(feeds, cancellation), run)
+        return outputs, {self._graph.names[v]: x for v, x in kept.items()}
+
+    def _run_on(self, states: StatePool, run: Any, profiled: bool = False) -> Any:
+        """``run(state)`` on a run state of ``states`` (of those kept for profiled runs when
+        ``profiled``), floating-point warnings off; ``run`` copies out what it returns."""
+        state = states.acquire_profiled(self._pool) if profiled else states.acquire(self._pool)
+        try:
+            errors = _fp_errors_ignored()
+            try:
+                return run(state)
+            finally:
+                _fp_errors_restored(errors)
+        finally:
+            (states.release_profiled if profiled else states.release)(state)
 
     def _deliver(self, results: list, indices: list[int], out_arrays: dict | None) -> list[Any]:
         delivered = []
@@ -432,6 +486,8 @@ def _check_input(d: ValueDecl, value: Any) -> Any:
         if inner is not None and inner.WhichOneof("value") == "sequence_type":
             return _check_sequence(d, value)
         return _check_element(d, value, d.name)
+    if d.kind == "map":
+        return _check_map(d, value)
     if d.kind != "tensor":
         return value
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -464,6 +520,52 @@ def _check_sequence(d: ValueDecl, value: Any) -> list[np.ndarray]:
             f"input {d.name!r} is {d.type}: pass a list of arrays, not {type(value).__name__}",
         )
     return [_check_element(d, v, f"{d.name}[{i}]") for i, v in enumerate(value)]
+
+
+def _check_map(d: ValueDecl, value: Any) -> dict[Any, Any]:
+    """A dict checked against map(key, tensor(value)): a new dict whose keys are str or int and
+    whose values are numpy scalars of the declared element type (str for strings), so kernels
+    know the value type even of a map of Python floats."""
+    if not isinstance(value, Mapping):
+        raise SessionError(
+            "invalid_input",
+            f"input {d.name!r} is {d.type}: pass a dict, not {type(value).__name__}",
+        )
+    mt = d.type_proto.map_type
+    key_dtype = dtypes.from_onnx(mt.key_type)
+    vt = mt.value_type
+    val_dtype = None
+    if vt.WhichOneof("value") == "tensor_type" and vt.tensor_type.elem_type:
+        val_dtype = dtypes.from_onnx(vt.tensor_type.elem_type)
+    string_keys = key_dtype.kind == "O"
+    checked: dict[Any, Any] = {}
+    for k, v in value.items():
+        is_int = isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+        if not (isinstance(k, str) if string_keys else is_int):
+            raise SessionError(
+                "invalid_input",
+                f"input {d.name!r} is {d.type}: key {k!r} is {type(k).__name__}, not "
+                f"{dtypes.name_of(key_dtype)[7:-1]}",
+            )
+        checked[k if string_keys else int(k)] = _map_value(d, k, v, val_dtype)
+    return checked
+
+
+def _map_value(d: ValueDecl, key: Any, v: Any, dtype: np.dtype | None) -> Any:
+    if dtype is None:
+        return v
+    if dtype.kind == "O":
+        ok = isinstance(v, str)
+    else:
+        ok = np.ndim(v) == 0 and not isinstance(v, (str, bytes))
+        ok = ok and np.can_cast(np.min_scalar_type(v), dtype, "same_kind")
+    if not ok:
+        raise SessionError(
+            "invalid_input",
+            f"input {d.name!r} is {d.type}: the value of key {key!r} is {v!r}, not "
+            f"{dtypes.name_of(dtype)[7:-1]}",
+        )
+    return v if dtype.kind == "O" else dtype.type(v)
 
 
 def _check_element(d: ValueDecl, value: Any, where: str) -> np.ndarray:

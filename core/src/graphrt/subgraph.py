@@ -148,6 +148,8 @@ class BodySession:
         states = self._states_for(values, check_shapes=bindings is not None, cancellation=token)
         node = getattr(ctx, "node", None)
         if limits is not None:  # before a new run state allocates the slab, not after
+            if limits.profiler is not None:  # a profiled run's step: time the body's nodes
+                return self._run_profiled(states, values, ctx, limits, bindings)
             limits.admit(states.plan.slab_size, node, "the body's plan")
         state = states.acquire(pool)
         try:
@@ -159,6 +161,28 @@ class BodySession:
         finally:
             states.release(state)
 
+    def _run_profiled(
+        self, states: StatePool, values: list[Any], ctx: Any, limits: Any, bindings: Any
+    ) -> list[Any]:
+        """:meth:`run` inside a profiled run: on a profiled run state of the body, its steps
+        recorded as an iteration of the calling step (``limits.profiler``, a BodyFrame)."""
+        frame, node = limits.profiler, ctx.node
+        limits.admit(states.plan.slab_size, node, "the body's plan")
+        state = states.acquire_profiled(getattr(ctx, "pool", None))
+        try:
+            state.limits.enter(limits, self.graph.max_memory, ctx)
+            if getattr(frame, "profiler", None) is None:  # not inside a step: nothing to record
+                results = state.run(list(values), bindings)
+            else:
+                iteration = frame.next_iteration(self)
+                results = state.run_profiled(
+                    list(values), frame.profiler, limits.token, bindings, frame, iteration
+                )
+            state.limits.charge(_nbytes(results), node, "the body's outputs")
+            return [copy_value(r) for r in results]
+        finally:
+            states.release_profiled(state)
+
     def steady(self, values: Sequence[Any], ctx: Any = None) -> SteadyRun | None:
         """A kept run state for running this body again and again from ``values`` (inputs then
         outer values, written into it here), or None when their plan is not static (dynamic
@@ -167,8 +191,8 @@ class BodySession:
         bindings = getattr(ctx, "shape_bindings", None)
         limits = getattr(ctx, "limits", None)
         check_cancelled(None if limits is None else limits.token)
-        if bindings is not None:
-            return None
+        if bindings is not None or (limits is not None and limits.profiler is not None):
+            return None  # (profiled: every run through run(), where the profiler sees it)
         values = [np.asarray(v) if isinstance(v, np.generic) else v for v in values]
         states = self._states_for(values, cancellation=None if limits is None else limits.token)
         plan = states.plan
@@ -188,6 +212,9 @@ class BodySession:
         arrays (slab views, constants): they are read again at every call."""
         if getattr(ctx, "shape_bindings", None) is not None:
             return None
+        limits = getattr(ctx, "limits", None)
+        if limits is not None and limits.profiler is not None:
+            return None  # a profiled run state: every run through run(), to be timed
         states = self._states_for(values)
         plan = states.plan
         if not plan.static or plan.shape_checks is not None:

@@ -16,7 +16,8 @@ __all__ = ["carry_pairs", "copy_value", "value_type"]
 
 
 def value_type(x: Any) -> tuple[np.dtype, tuple[int, ...]]:
-    """The plan key of one value: tensors by type and shape, sequences and optionals as objects."""
+    """The plan key of one value: tensors by type and shape; sequences, maps and optionals as
+    objects."""
     if isinstance(x, np.ndarray):
         return x.dtype, x.shape
     return np.dtype(object), ()
@@ -28,8 +29,8 @@ def copy_value(x: Any) -> Any:
         return x.copy()
     if isinstance(x, np.ndarray):
         return np.array(x, copy=True)
-    if isinstance(x, list):
-        return [copy_value(v) for v in x]
+    if isinstance(x, list):  # a map (dict) is new in every run (ZipMap, the input check): kept
+        return [v if type(v) is dict else copy_value(v) for v in x]
     return x
 
 
