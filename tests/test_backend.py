@@ -42,7 +42,6 @@ class _TestBackend(GraphrtBackend):
             raise
 
 
-_QUANTIZATION = "issue 17 (quantized and low-precision models)"
 _ML = "issue 18 (graphrt-ops-ml: the ai.onnx.ml domain and the string operators)"
 
 #: Operators no plugin provides yet, each owned by an open issue: their cases are skipped.  Any
@@ -50,28 +49,7 @@ _ML = "issue 18 (graphrt-ops-ml: the ai.onnx.ml domain and the string operators)
 #: these is really missing, so the list shrinks when an issue lands.
 DEFERRED_OPERATORS: dict[str, str] = {
     **dict.fromkeys(
-        [
-            "QuantizeLinear",
-            "DequantizeLinear",
-            "DynamicQuantizeLinear",
-            "QLinearMatMul",
-            "QLinearConv",
-            "MatMulInteger",
-            "ConvInteger",
-        ],
-        _QUANTIZATION,
-    ),
-    **dict.fromkeys(
-        [
-            "StringNormalizer",
-            "StringConcat",
-            "StringSplit",
-            "RegexFullMatch",
-            "ai.onnx.ml.ArrayFeatureExtractor",
-            "ai.onnx.ml.Binarizer",
-            "ai.onnx.ml.LabelEncoder",
-            "ai.onnx.ml.TreeEnsemble",
-        ],
+        [],
         _ML,
     ),
     "ai.onnx.preview.training.Gradient": (
