@@ -106,3 +106,24 @@ def test_kernel_errors_survive_pickling():
     err = _refusal(_session("run", ZeroDivisionError("boom")), -X)
     back = pickle.loads(pickle.dumps(err))
     assert (back.kind, back.node, back.operators) == (err.kind, err.node, err.operators)
+
+
+def test_every_refusal_pickles_with_its_type_kind_node_operators_and_message():
+    """Process pools and Dask workers send errors back pickled (issue 20): the caller must get
+    the same type with the same fields, e.g. the full list of missing operators."""
+    import pickle
+
+    with pytest.raises(graphrt.SessionError) as caught:
+        graphrt.Session(_model("NoSuchOp"), plugins=[])
+    missing = caught.value
+    assert missing.kind == "unsupported_operator" and missing.operators
+    errors = [
+        missing,
+        graphrt.SessionError("kernel_error", "boom", node="n1", operators=["Relu (opset 17)"]),
+        graphrt.PluginError("plugin 'x' ties with plugin 'y'"),
+    ]
+    for err in errors:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err)
+        assert (back.kind, back.node, back.operators) == (err.kind, err.node, err.operators)
+        assert str(back) == str(err) and back.args == err.args

@@ -1,0 +1,130 @@
+"""Scale-out throughput: graphrt.dask.predict on a LocalCluster against one process (issue 20).
+
+    python bench/bench_dask.py [--model light_squeezenet] [--images 256] [--block 16]
+                               [--workers 2] [--rounds 3]
+
+One process: a session with one intra-op thread scores every image, block after block (the
+model's batch axis is fixed at 1, so row by row, as graphrt.dask runs a block).  Cluster:
+``--workers`` worker processes of one thread each score the same number of images held on the
+workers (generated there and persisted, so that the input's transfer is not timed; the outputs
+come back to the client and are timed).  Each side is warmed up first (sessions made, plans
+built), then both are timed in turn, ``--rounds`` times (interleaved, so that both see the same
+neighbours); medians.  The ratio is cluster throughput over one-process throughput: the target
+is 1.7x for 2 workers on 2 free cores.  The load average and the time per image inside the
+workers' tasks are printed too: on a shared machine the ratio says more about the neighbours
+than about Dask.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import time
+
+import numpy as np
+import onnx
+
+LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _serial_runner(path: str, name: str, images: int, block: int):
+    """One round of the one-process side: every image, block after block, row by row."""
+    import graphrt
+
+    sess = graphrt.Session(path, intra_op_threads=1)
+    x = np.random.default_rng(0).standard_normal((block, 3, 224, 224), dtype=np.float32)
+
+    def once() -> None:
+        for _ in range(images // block):
+            for i in range(block):
+                sess.run(None, {name: x[i : i + 1]})
+
+    return once
+
+
+def _model_seconds(tasks: list[dict]) -> float:
+    """Seconds the workers spent computing graphrt's predict tasks (from the task stream)."""
+    return sum(
+        s["stop"] - s["start"]
+        for task in tasks
+        if "graphrt-predict" in str(task.get("key"))
+        for s in task.get("startstops", ())
+        if s.get("action") == "compute"
+    )
+
+
+def _input_name(path: str) -> str:
+    import graphrt
+
+    return graphrt.Session(path).get_inputs()[0].name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="light_squeezenet")
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--block", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    path = os.path.join(LIGHT_DIR, f"{args.model}.onnx")
+
+    import dask.array as da
+    import distributed
+
+    import graphrt.dask as gd
+
+    images = args.images - args.images % args.block
+    load = os.getloadavg()
+    with (
+        distributed.LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        name = _input_name(path)
+        serial = _serial_runner(path, name, images, args.block)
+        rng = da.random.default_rng(0)
+        shape = (images, 3, 224, 224)
+        x = rng.standard_normal(shape, dtype=np.float32, chunks=(args.block, -1, -1, -1))
+        x = x.persist()  # generated on the workers and kept there: the input's transfer is untimed
+        distributed.wait(x)
+        serial()  # warm-up: plans
+        client.compute(gd.predict(path, {name: x}), sync=True)  # warm-up: sessions, plans
+        ones, manys, busy = [], [], []
+        for _ in range(args.rounds):  # interleaved: both sides see the same neighbours
+            t = time.perf_counter()
+            serial()
+            ones.append(time.perf_counter() - t)
+            with distributed.get_task_stream(client) as stream:
+                t = time.perf_counter()
+                client.compute(gd.predict(path, {name: x}), sync=True)
+                manys.append(time.perf_counter() - t)
+            busy.append(_model_seconds(stream.data))
+        sessions = client.run(gd.cached_sessions)
+    load_after = os.getloadavg()
+    one, many, inside = (statistics.median(v) for v in (ones, manys, busy))
+    w = args.workers
+    print(f"model {args.model}, {images} images in blocks of {args.block}, {args.rounds} rounds")
+    print(f"cores {os.cpu_count()}, load average before {load[0]:.2f}, after {load_after[0]:.2f}")
+    print(f"sessions per worker after {args.rounds + 1} calls: {sorted(sessions.values())}")
+    print(f"one process, 1 thread:        {images / one:8.1f} images/s ({one:.3f} s)")
+    print(f"{w} workers, 1 thread each: {images / many:8.1f} images/s ({many:.3f} s)")
+    print(
+        f"per image: {1000 * one / images:.2f} ms in one process, {1000 * inside / images:.2f} ms "
+        f"inside the workers' predict tasks ({100 * inside / (many * w):.0f}% of their wall time)"
+    )
+    ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(ones, manys))
+    print(
+        f"ratio: {one / many:.2f}x (per round {ratios}; target >= 1.7x for 2 workers, 2 free cores)"
+    )
+
+
+if __name__ == "__main__":
+    main()
