@@ -1,4 +1,4 @@
-"""The ``graphrt`` command: run, check, ops, explain, profile.
+"""The ``graphrt`` command: run, check, ops, explain, profile, new-plugin.
 
 Results go to stdout; progress messages go to stderr (``-q`` silences them).  User errors print
 ``graphrt: error: <message>`` on stderr and exit with status 2; ``graphrt check`` exits 1 when the
@@ -413,6 +413,15 @@ def cmd_profile(args: argparse.Namespace, progress: Progress) -> int:
         if args.trace:
             prof.write_chrome_trace(args.trace)
             print(f"Chrome trace written to {args.trace} (open in ui.perfetto.dev)")
+        if args.memory_plot:
+            from graphrt.memplot import plot_memory
+
+            plan = sess.plan_for([feed[d.name] for d in sess.get_inputs()])
+            try:
+                plot_memory(plan, args.memory_plot)
+            except ImportError as exc:  # matplotlib is an optional extra
+                raise CLIError(str(exc)) from None
+            print(f"memory plot (slab timeline) written to {args.memory_plot}")
     return 0
 
 
@@ -449,6 +458,19 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", metavar="FILE.npz", help="inputs from an .npz archive, by name")
     p.add_argument("--dim", action="append", metavar="SYMBOL=N", help="symbolic dim (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def cmd_new_plugin(args: argparse.Namespace, progress: Progress) -> int:
+    from graphrt.newplugin import NewPluginError, create_plugin, plugin_names
+
+    try:
+        names = plugin_names(args.name)
+        target = create_plugin(args.name, args.dir)
+    except NewPluginError as exc:
+        raise CLIError(str(exc)) from None
+    print(f"created {names.dist} (import {names.package}, plugin {names.plugin}) in {target}")
+    print(f"next: pip install -e '{target}[test]' && cd {target} && pytest")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -499,7 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_options(p)
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("profile", parents=[common], help="per-operator times; a Chrome trace")
+    p = sub.add_parser(
+        "profile", parents=[common], help="per-operator times; a Chrome trace; a memory plot"
+    )
     p.add_argument(
         "model",
         nargs="?",
@@ -509,9 +533,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_options(p)
     _add_session_options(p)
     p.add_argument("--repeat", type=int, default=10, metavar="R", help="profiled runs (10)")
-    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace")
+    p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="write a Chrome/Perfetto trace: one event per node (and per body iteration)",
+    )
+    p.add_argument(
+        "--memory-plot",
+        metavar="FILE.png",
+        help="draw the slab timeline (needs matplotlib: pip install graphrt[plot])",
+    )
     p.add_argument("--max-events", type=int, default=100_000, help="events kept (newest)")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser(
+        "new-plugin", parents=[common], help="create a plugin distribution to start from"
+    )
+    p.add_argument("name", metavar="NAME", help="e.g. 'audio': graphrt-ops-audio")
+    p.add_argument("--dir", metavar="DIR", help="where (default ./graphrt-ops-NAME)")
+    p.set_defaults(func=cmd_new_plugin)
     return parser
 
 

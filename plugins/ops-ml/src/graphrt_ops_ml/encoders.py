@@ -226,17 +226,32 @@ class ArrayFeatureExtractor(OpKernel):
         k = int(np.prod(ctx.shape(1), dtype=np.int64))
         lead = shape[:-1] if len(shape) > 1 else (1,)
         ctx.set_output(0, ctx.dtype(0), (*lead, k))
+        known = ctx.known_value(1)
+        if known is not None and len(shape) > 0:  # constant indices: checked once, here
+            idx = np.asarray(known).reshape(-1)
+            self._check(idx, shape[-1])
+            ctx.prepared = np.ascontiguousarray(idx, dtype=np.intp)
+        else:  # run-time indices: their extremes land in scratch (a run allocates nothing)
+            ctx.prepared = (ctx.add_scratch(ctx.dtype(1), ()), ctx.add_scratch(ctx.dtype(1), ()))
+
+    def _check(self, idx: np.ndarray, n: int, low: Any = None, high: Any = None) -> None:
+        # int() of the extremes: comparing numpy values would allocate their boolean results
+        if idx.size and (int(np.min(idx, out=low)) < 0 or int(np.max(idx, out=high)) >= n):
+            bad = idx[(idx < 0) | (idx >= n)][0]
+            raise self.fail(f"index {bad} is out of range for a last axis of {n}", "invalid_input")
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         x, y = inputs[0], inputs[1]
         if x.ndim == 0:
             raise self.fail("X must have at least one dimension", "invalid_input")
-        idx = np.asarray(y).reshape(-1)
-        n = x.shape[-1]
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            bad = idx[(idx < 0) | (idx >= n)][0]
-            raise self.fail(f"index {bad} is out of range for a last axis of {n}", "invalid_input")
-        np.take(x, idx, axis=-1, out=outputs[0].reshape((*x.shape[:-1], idx.size)))
+        idx = ctx.prepared
+        if isinstance(idx, tuple):
+            low, high = (ctx.scratch[i] for i in idx)
+            idx = y.reshape(-1)
+            self._check(idx, x.shape[-1], low, high)
+        # indices checked: "clip" changes none of them, and unlike "raise" it writes straight
+        # into out (numpy buffers a raising take)
+        np.take(x, idx, axis=-1, out=outputs[0].reshape((*x.shape[:-1], idx.size)), mode="clip")
 
 
 class FeatureVectorizer(OpKernel):

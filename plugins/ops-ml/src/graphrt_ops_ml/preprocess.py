@@ -125,11 +125,14 @@ class Binarizer(OpKernel):
         _numeric(self, ctx.dtype(0))
         dtype = ctx.dtype(0)
         ctx.set_output(0, dtype, ctx.shape(0))
-        # the threshold in X's type for floats (float32 X compares with the float32 attribute)
-        ctx.prepared = np.array(self.threshold, dtype if dtype.kind == "f" else np.float64)
+        # the threshold in X's type for floats (float32 X compares with the float32 attribute);
+        # the comparison lands in plan scratch: a run allocates nothing
+        threshold = np.array(self.threshold, dtype if dtype.kind == "f" else np.float64)
+        ctx.prepared = (threshold, ctx.add_scratch(np.dtype(np.bool_), ctx.shape(0)))
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        above = np.greater(inputs[0], ctx.prepared)
+        threshold, above = ctx.prepared
+        above = np.greater(inputs[0], threshold, out=ctx.scratch[above])
         np.copyto(outputs[0], above, casting="unsafe")
 
 
