@@ -409,7 +409,8 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
         ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
         ((512, 512, 7, 7, 1), (1, 1), "lanes"),
         ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
-        ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, a shallow window
+        ((3, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 27 (squeezenet's first)
+        ((2, 64, 224, 224, 3), (2, 2), "packed"),  # strided, a very shallow window (18)
     ],
 )
 def test_auto_kernel_choice(shape, strides, want):
