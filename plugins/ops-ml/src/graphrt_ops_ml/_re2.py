@@ -12,18 +12,23 @@ what it reads differently, refusing what it cannot map:
 - a flag group ``(?i)`` after the start applies, as in RE2, to the rest of its group: it becomes
   a scoped group ``(?i:...)`` closed at each ``|`` and reopened after it;
 - what RE2 itself refuses (backreferences, lookaround, atomic groups, possessive repeats,
-  ``\\Z``, ``(?#``, unknown escapes) is an invalid model, as onnxruntime's RE2 refuses it;
+  ``\\Z``, ``(?#``, unknown escapes, repetition counts above 1000, also when nested counts are
+  multiplied) is an invalid model, as onnxruntime's RE2 refuses it;
 - what RE2 accepts and ``re`` cannot express here (``\\p{Greek}`` classes, ``\\C``, a negated
   ``\\D \\W \\S`` or ``[:^alpha:]`` inside a bracket class, the ungreedy flag ``U`` where
   greediness matters) is refused as unsupported.
 
-RE2 matches in linear time; Python's ``re`` backtracks, so a pattern nesting unbounded repeats
-(``(a*)*b``) may take exponential time on a long string it does not match.
+RE2 matches in linear time; Python's ``re`` backtracks, so a pattern repeating a body that
+matches one text in many ways (``(a+)+``, ``(a|aa)*``) could take exponential time on a long
+string it does not match: ``_re2_guard`` refuses those as unsupported (its docstring has the
+rule), so that no model hangs the process.
 """
 
 from __future__ import annotations
 
 import re
+
+from ._re2_guard import backtracking_risk, repeat_size
 
 _WORD = "0-9A-Za-z_"
 _SPACE = "\\t\\n\\f\\r "
@@ -55,6 +60,7 @@ _POSIX = {
 _BOUNDARY = f"(?:(?<=[{_WORD}])(?![{_WORD}])|(?<![{_WORD}])(?=[{_WORD}]))"
 _NOT_BOUNDARY = f"(?:(?<=[{_WORD}])(?=[{_WORD}])|(?<![{_WORD}])(?![{_WORD}]))"
 _KEPT_LETTERS = set("afnrtvA")  # escapes both read alike
+_MAX_REPEAT = 1000  # RE2's limit on a count, and on counts of nested repetitions multiplied
 _REPEAT = re.compile(r"\{(\d+)(,(\d*))?\}")
 
 
@@ -314,8 +320,18 @@ def compile_re2(pattern: str, greedy_matters: bool = False) -> re.Pattern[str]:
     """
     translated = _Translator(pattern, greedy_matters).run()
     try:
-        return re.compile(translated)
+        regex = re.compile(translated)
     except re.error as exc:
         raise _invalid(pattern, str(exc)) from None
     except (OverflowError, RecursionError) as exc:
         raise _unsupported(pattern, str(exc)) from None
+    try:
+        too_many = repeat_size(translated) > _MAX_REPEAT
+        risk = backtracking_risk(translated)
+    except RecursionError as exc:
+        raise _unsupported(pattern, str(exc)) from None
+    if too_many:
+        raise _invalid(pattern, f"nested repetition counts multiply beyond {_MAX_REPEAT}")
+    if risk is not None:
+        raise _unsupported(pattern, risk)
+    return regex

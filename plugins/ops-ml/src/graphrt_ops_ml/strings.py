@@ -156,7 +156,8 @@ class RegexFullMatch(OpKernel):
     """True where the whole string matches ``pattern`` (RE2 syntax, see ``_re2``).
 
     The pattern is translated and compiled when the kernel is built; one RE2 cannot express in
-    Python's ``re`` is refused there (``unsupported``), one RE2 refuses is ``invalid_model``.
+    Python's ``re``, or one ``re`` could take exponential time on (``_re2_guard``), is refused
+    there (``unsupported``), one RE2 refuses is ``invalid_model``.
     """
 
     supports_exact = True
