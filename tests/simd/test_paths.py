@@ -70,6 +70,9 @@ def test_plugin_provides_the_three_paths_ranked():
             "LSTM",
             "Attention",
             "LayerNormalization",
+            "MatMulInteger",
+            "QLinearMatMul",
+            "DynamicQuantizeLinear",
         }
         ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization")
         fused = {("com.graphrt", op) for op in ours}

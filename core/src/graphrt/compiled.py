@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -72,6 +73,9 @@ class CompiledGraph:
     bodies: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     #: The session's memory budget in bytes (graphrt.limits): plans, folding and runs.
     max_memory: int = DEFAULT_MAX_MEMORY
+    #: Constants stored as float16/bfloat16 arrays (``weight_storage``) that the graph still
+    #: types float32: only kernels that declared the input in ``half_weight_inputs`` read them.
+    half_weights: frozenset[int] = frozenset()
 
 
 #: What runs a compiled body: ``make_body(graph, n_inputs, outer_names) -> Body``.  The session
@@ -163,7 +167,9 @@ def compile_model(
 
     ctx = PassContext(exact, level, make_kernel, lookup, cancellation, max_memory, flags_of)
     passes_run = []
-    for p in builtin_passes() + list(table.passes):
+    # one ascending order over the built-ins and the plugins' passes (stable: at equal orders
+    # the built-ins first), so a plugin pass can run before constant folding (order 10)
+    for p in sorted(builtin_passes() + list(table.passes), key=lambda p: getattr(p, "order", 0)):
         if p.selected(level, exact):
             check_cancelled(cancellation)
             if p.run(graph, ctx):
@@ -199,6 +205,13 @@ def compile_model(
             )
         )
     output_ids = [vid(d.name) for d in ir.outputs]
+    half = _store_half(const_ids, cnodes, {*input_ids, *output_ids}, weight_storage)
+    for v in half:  # no table keeps the float32 arrays the half ones replace
+        for table in (graph.constants, ir.initializers):
+            if names[v] in table:
+                table[names[v]] = const_ids[v]
+    if half:
+        _trim_heap()
     return CompiledGraph(
         names=names,
         ids=ids,
@@ -216,6 +229,7 @@ def compile_model(
         initializer_names=set(ir.initializers),
         bodies=_body_table(bodies.values()),
         max_memory=max_memory,
+        half_weights=half,
     )
 
 
@@ -381,14 +395,74 @@ def _build_kernel(node: PassNode, path: KernelPath | None) -> OpKernel:
 
 
 def _weights(initializers: dict[str, np.ndarray], storage: str) -> dict[str, np.ndarray]:
-    """Weights as the session keeps them; float16/bfloat16 storage rounds float32 weights."""
+    """Weights as the session keeps them; float16/bfloat16 storage rounds float32 weights.
+
+    The arrays are the session's own import (graphrt.proto.to_array copies): a writable one
+    is rounded in place, so no second float32 copy of the weights is ever allocated (freed
+    copies would stay in the process as heap the allocator does not return)."""
     if storage == "original":
         return dict(initializers)
     low = np.dtype(np.float16) if storage == "float16" else dtypes.from_onnx(16)
     out = {}
     for name, w in initializers.items():
         if w.dtype == np.float32 and w.size > 1:
-            out[name] = w.astype(low).astype(np.float32)
+            if w.flags.writeable:
+                np.copyto(w, w.astype(low))
+                out[name] = w
+            else:
+                out[name] = w.astype(low).astype(np.float32)
         else:
             out[name] = w
     return out
+
+
+#: Weights below this size stay float32 under half storage: too small to matter.
+HALF_MIN_BYTES = 1024
+
+
+def _store_half(
+    constants: dict[int, np.ndarray],
+    nodes: list[CNode],
+    keep: set[int],
+    storage: str,
+) -> frozenset[int]:
+    """Store as float16/bfloat16 (in ``constants``, in place) the float32 weights that every
+    reader takes in half precision: each reading kernel lists the input in its
+    ``half_weight_inputs`` and widens it itself (docs/fp16.md).  Only values the half type holds
+    exactly change storage (the rounded initializers; not a constant a pass computed from them,
+    such as a Conv weight with a BatchNormalization folded in), so results are those of the
+    model whose weights were rounded and stored as float32.  Graph
+    inputs and outputs, and weights any other kernel (or a body) reads, stay float32."""
+    if storage == "original":
+        return frozenset()
+    low = np.dtype(np.float16) if storage == "float16" else dtypes.from_onnx(16)
+    takes: dict[int, bool] = {}
+    for n in nodes:
+        accepts = getattr(n.kernel, "half_weight_inputs", ())
+        for j, v in enumerate(n.inputs):
+            if v in constants:
+                takes[v] = takes.get(v, True) and j in accepts
+    half = set()
+    for v, ok in takes.items():
+        w = constants[v]
+        if not ok or v in keep or not isinstance(w, np.ndarray) or w.dtype != np.float32:
+            continue
+        if w.nbytes < HALF_MIN_BYTES:
+            continue
+        stored = w.astype(low)
+        if np.array_equal(stored.astype(np.float32), w, equal_nan=True):
+            constants[v] = stored
+            half.add(v)
+    return frozenset(half)
+
+
+def _trim_heap() -> None:
+    """Give the pages of the freed float32 weights back to the OS (glibc's ``malloc_trim``).
+
+    The weights were allocated early, below everything the compiler allocated after them, so
+    the allocator would otherwise keep them as free heap: the process would not shrink."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to ask
+        return
+    trim(0)

@@ -104,6 +104,9 @@ class Conv(Programmed):
     """Exact mode: :mod:`.conv_exact` (the canonical order of docs/exact-mode.md)."""
 
     supports_exact = True
+    #: W may be a float16/bfloat16 weight typed float32 (docs/fp16.md): fast mode widens it
+    #: per run into plan scratch; exact mode keeps one float32 copy (conv_exact.prepare).
+    half_weight_inputs = (1,)
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
@@ -161,11 +164,15 @@ class Conv(Programmed):
                 cols = ctx.add_scratch(ct, (c * kprod, out_size))
             acc = ctx.add_scratch(ct, (n, m, out_size)) if ct != dtype else None
         weight, bias = ctx.known_value(1), ctx.known_value(2) if ctx.has_input(2) else None
+        wbuf = None
+        if weight is not None and weight.dtype != dtype:  # half-stored: widened per run
+            weight, wbuf = None, ctx.add_scratch(ct, wshape)
         if weight is not None:
             weight = np.ascontiguousarray(weight.reshape(m, -1), dtype=ct)
         if bias is not None:
             bias = np.ascontiguousarray(bias.reshape(m, 1), dtype=ct)
-        wbuf = ctx.add_scratch(ct, wshape) if weight is None and ctx.dtype(1) != ct else None
+        if weight is None and wbuf is None and ctx.dtype(1) != ct:
+            wbuf = ctx.add_scratch(ct, wshape)
         ctx.prepared = _Plan(w, st, g, depthwise, weight, bias, buf, cols, acc, wbuf, split)
 
     def program(

@@ -57,6 +57,9 @@ class Gather(OpKernel):
     """
 
     supports_exact = True
+    #: An embedding table may be a float16/bfloat16 weight typed float32 (docs/fp16.md): the
+    #: gathered rows are widened into the output.
+    half_weight_inputs = (0,)
 
     def infer(self, ctx: InferContext) -> None:
         _index_type(self, ctx, 1)
@@ -82,11 +85,14 @@ class Gather(OpKernel):
             indices = ctx.scratch[p.scratch[0]]
             np.copyto(indices, inputs[1])  # np.take would convert int32 into a new array
             _checked(self, ctx, indices, p.scratch[1:], p.size)
+        if inputs[0].dtype != outputs[0].dtype:  # half storage: widen the rows taken
+            outputs[0][...] = inputs[0].take(indices, axis=p.axis, mode="wrap")
+            return
         inputs[0].take(indices, axis=p.axis, out=outputs[0], mode="wrap")
 
     def bind(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]):
         p: _GatherPlan = ctx.prepared
-        if p.indices is None:
+        if p.indices is None or inputs[0].dtype != outputs[0].dtype:
             return functools.partial(self.run, ctx, inputs, outputs)
         return functools.partial(
             inputs[0].take, p.indices, axis=p.axis, out=outputs[0], mode="wrap"

@@ -64,12 +64,32 @@ class _Prepared:
     tmp: int | None  # scratch index of the exact product's temporary
     alpha: np.ndarray | None = None  # Gemm: alpha as a 0-d array (a scalar would allocate)
     epilogue: Any = None  # what a fused kernel applies to Y after the product (fused.py)
+    b_wide: int | None = None  # scratch index: a half-stored b_const widened per run
+
+
+def _widen_b(ctx: InferContext, p: _Prepared) -> _Prepared:
+    """A half-stored constant B (weight_storage) gets a float32 scratch it is widened into."""
+    if p.b_const is None or p.b_const.dtype == ctx.dtype(0):
+        return p
+    return dataclasses.replace(p, b_wide=ctx.add_scratch(ctx.dtype(0), p.b_const.shape))
+
+
+def _b_of(ctx: KernelContext, p: _Prepared) -> np.ndarray:
+    """The constant B as the product reads it: widened into its scratch when half-stored."""
+    if p.b_wide is None:
+        return p.b_const
+    wide = ctx.scratch[p.b_wide]
+    np.copyto(wide, p.b_const)
+    return wide
 
 
 class MatMul(OpKernel):
     """numpy matmul semantics: 1-D operands are promoted then squeezed, batch dims broadcast."""
 
     supports_exact = True
+    #: B may be a float16/bfloat16 weight typed float32 (docs/fp16.md): it is widened
+    #: (exactly) into plan scratch per run, so the plan keeps no float32 copy of it.
+    half_weight_inputs = (1,)
 
     def infer(self, ctx: InferContext) -> None:
         a, b = ctx.shape(0), ctx.shape(1)
@@ -97,12 +117,12 @@ class MatMul(OpKernel):
         ctx.set_output(0, ctx.dtype(0), out)
         b_value = ctx.known_value(1)
         b_const = np.ascontiguousarray(b_value.reshape(b2)) if b_value is not None else None
-        ctx.prepared = _prepare(ctx, a2, b2, full, b_const, None, a2[-1])
+        ctx.prepared = _widen_b(ctx, _prepare(ctx, a2, b2, full, b_const, None, a2[-1]))
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Prepared = ctx.prepared
         a = inputs[0].reshape(p.a_shape)
-        b = p.b_const if p.b_const is not None else inputs[1].reshape(p.b_shape)
+        b = _b_of(ctx, p) if p.b_const is not None else inputs[1].reshape(p.b_shape)
         _product(ctx, p, a, b, outputs[0].reshape(p.out_shape))
 
 
@@ -110,6 +130,7 @@ class Gemm(OpKernel):
     """Y = alpha * A' @ B' + beta * C: the epilogue is separate multiplies and an add."""
 
     supports_exact = True
+    half_weight_inputs = (1,)  # as MatMul's B
 
     def infer(self, ctx: InferContext) -> None:
         a, b = ctx.shape(0), ctx.shape(1)
@@ -151,11 +172,13 @@ class Gemm(OpKernel):
         alpha = ctx.dtype(0).type(self.node.attr("alpha", 1.0))
         if alpha != 1:
             prepared = dataclasses.replace(prepared, alpha=np.array(alpha, dtype=ctx.dtype(0)))
-        ctx.prepared = prepared
+        ctx.prepared = _widen_b(ctx, prepared)
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         p: _Prepared = ctx.prepared
         a, b = self._operands(p, inputs)
+        if p.b_wide is not None:
+            b = _b_of(ctx, p)
         y = outputs[0]
         _product(ctx, p, a, b, y, finish=False)
         if p.alpha is not None:
@@ -190,6 +213,8 @@ class Gemm(OpKernel):
         p: _Prepared = ctx.prepared
         whole = functools.partial(Gemm.run, self, ctx, inputs, outputs)
         if ctx.exact or p.blocks != 1 or p.alpha is not None or p.nan_mask is not None:
+            return whole
+        if p.b_wide is not None:  # widened per run: run's calls
             return whole
         a, b = self._operands(p, inputs)
         y = outputs[0]

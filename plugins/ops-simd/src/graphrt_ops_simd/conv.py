@@ -92,6 +92,9 @@ def depthwise_work_floats(w: Any, kernel: Sequence[int]) -> int:
 class Conv(NativeKernel):
     # fast mode's native plans (GEMM-blocked, depthwise), or exact mode's
     plan_type = (_Plan, _DepthwisePlan, conv_exact.ExactPlan)
+    #: W may be a float16/bfloat16 weight typed float32 (docs/fp16.md): the native plans pack
+    #: (or copy) it as float32 from a temporary widened copy, the numpy kernel widens per run.
+    half_weight_inputs = (1,)
 
     def fused_activation(self) -> str:
         return ""

@@ -79,6 +79,8 @@ class Plan:
     c_in_epilogue: bool = False
     activation: str = "none"  # the native epilogue's activation (FusedMatMul: none or relu)
     gelu: bool = False  # FusedMatMul's Gelu (erf form): the path's native Gelu after the product
+    b_half: np.ndarray | None = None  # exact mode, a half-stored B: widened per run into ...
+    b_scratch: int | None = None  # ... this scratch (float32, b_shape) before the product
 
 
 def trial_infer(kernel: OpKernel, ctx: InferContext, hidden: Sequence[int] = ()) -> InferContext:
@@ -156,6 +158,10 @@ class NativeProduct(NativeKernel):
     """Shared run/bind of MatMul and Gemm: the native product, or the numpy kernel's steps."""
 
     plan_type = Plan
+    #: B may be a float16/bfloat16 weight typed float32 (docs/fp16.md): fast mode packs it in
+    #: half-precision panels, exact mode widens it per run into plan scratch, and the numpy
+    #: kernel (the fallback) widens it per call.
+    half_weight_inputs = (1,)
 
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -163,6 +169,10 @@ class NativeProduct(NativeKernel):
         """Every call of one run, on views made once per run state (a list of native calls)."""
         p = ctx.prepared
         a, b = self.operands(p, inputs)
+        calls: list[Callable[[], Any]] = []
+        if p.b_half is not None:  # exact: half -> float32 is exact, the bits are the rounded B's
+            b = ctx.scratch[p.b_scratch]
+            calls.append(functools.partial(np.copyto, b, p.b_half))
         out = outputs[0].reshape(p.out_shape)
         m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
         threads = getattr(ctx.pool, "threads", 1)
@@ -182,7 +192,6 @@ class NativeProduct(NativeKernel):
             parts = [
                 self._call(p, a3[ia], b3[ib], out3[i], 0, m) for i, (ia, ib) in enumerate(p.pairs)
             ]
-        calls: list[Callable[[], Any]] = []
         if len(parts) == 1:
             calls.append(parts[0])
         elif parts:
@@ -220,6 +229,23 @@ class NativeProduct(NativeKernel):
         if b.shape[1] > 1 and b.strides[1] != 4:  # never a slab value; copied per run anyway
             return functools.partial(_exact_copying_b, a, b, out, self.isa, lo, hi)
         return functools.partial(_native.gemm_exact, a, b, out, self.isa, lo, hi)
+
+
+def _exact_b(ctx: InferContext, plan: Plan, b: np.ndarray) -> Plan:
+    """A constant B for the exact kernel: a contiguous float32 copy, or for a half-stored
+    weight the half array and a scratch it is widened into per run (no float32 copy kept)."""
+    if b.dtype == F32:
+        return dataclasses.replace(plan, b_const=np.ascontiguousarray(b))
+    return dataclasses.replace(plan, b_half=b, b_scratch=ctx.add_scratch(F32, b.shape))
+
+
+def pack_weight(b: np.ndarray, isa: str) -> Any:
+    """B packed for the fast native GEMM; a float16/bfloat16 B in half-precision panels
+    (widened in the micro-kernel), so the plan holds no float32 copy of it."""
+    if b.dtype == F32:
+        return _native.pack_b(b, isa)
+    kind = "float16" if b.dtype == np.float16 else "bfloat16"
+    return _native.pack_b_half(b.view(np.uint16), isa, kind)
 
 
 def _exact_copying_b(
@@ -286,11 +312,9 @@ class MatMul(NativeProduct):
         )
         if ctx.exact:
             if b_value is not None:
-                plan = dataclasses.replace(
-                    plan, b_const=np.ascontiguousarray(b_value.reshape(b2), dtype=F32)
-                )
+                plan = _exact_b(ctx, plan, b_value.reshape(b2))
         else:
-            plan = dataclasses.replace(plan, packed=_native.pack_b(b_value.reshape(k, n), self.isa))
+            plan = dataclasses.replace(plan, packed=pack_weight(b_value.reshape(k, n), self.isa))
         ctx.prepared = plan
 
     def operands(self, p: Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -346,13 +370,14 @@ class Gemm(NativeProduct):
         b_mat = None if b_value is None else (b_value.T if tb else b_value)
         if ctx.exact:
             alpha_arr = np.array(alpha, F32) if alpha != 1 else None
-            b_const = None if b_mat is None else np.ascontiguousarray(b_mat, dtype=F32)
-            plan = dataclasses.replace(plan, alpha_arr=alpha_arr, b_const=b_const)
+            plan = dataclasses.replace(plan, alpha_arr=alpha_arr)
+            if b_mat is not None:
+                plan = _exact_b(ctx, plan, b_mat)
         else:
             bias, axis = _bias_vector(c_scaled, m, n)
             plan = dataclasses.replace(
                 plan,
-                packed=_native.pack_b(b_mat, self.isa),
+                packed=pack_weight(b_mat, self.isa),
                 alpha=float(alpha),
                 bias=bias,
                 bias_axis=axis,

@@ -2,7 +2,8 @@
 
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Concat,
 Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
-LayerNormalization and the fused products (FusedConv, FusedMatMul, FusedGemm); the session
+LayerNormalization, the fused products (FusedConv, FusedMatMul, FusedGemm) and the int8
+products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py); the session
 picks the best available one ("auto") or the one forced by ``kernel_path=`` /
 ``GRAPHRT_KERNEL_PATH``.
 """
@@ -29,6 +30,7 @@ Conv, FusedConv = conv.Conv, conv.FusedConv
 Concat = copies.Concat
 FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
 MaxPool = pool.MaxPool
+(qproduct,) = kernel_modules(__package__, "qproduct")  # int8 products: MatMulInteger, ...
 Recurrent = recurrent.Recurrent
 NonMaxSuppression = suppression.NonMaxSuppression
 
@@ -58,6 +60,9 @@ def kernel_paths() -> list[KernelPath]:
             kernels={
                 ("", "MatMul"): _factory(MatMul, isa),
                 ("", "Gemm"): _factory(Gemm, isa),
+                ("", "MatMulInteger"): _factory(qproduct.MatMulInteger, isa),
+                ("", "QLinearMatMul"): _factory(qproduct.QLinearMatMul, isa),
+                ("", "DynamicQuantizeLinear"): _factory(qproduct.DynamicQuantizeLinear, isa),
                 ("", "Conv"): _factory(Conv, isa),
                 ("com.graphrt", "FusedConv"): _factory(FusedConv, isa),
                 ("com.graphrt", "FusedMatMul"): _factory(FusedMatMul, isa),

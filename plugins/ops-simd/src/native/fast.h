@@ -53,6 +53,11 @@ struct FastKernels {
     void (*layer_norm)(const float* x, float* y, int64_t r0, int64_t r1, int64_t n,
                        const float* scale, int64_t scale_step, const float* bias,
                        int64_t bias_step, float eps);
+    // gemm_rows on B packed in half-precision panels (PackedB of a float16 [0] or bfloat16 [1]
+    // weight: the bits, widened to float32 in the micro-kernel; same arithmetic, same bits).
+    void (*gemm_rows_half[2])(int64_t m0, int64_t m1, int64_t n, int64_t k, Strided a,
+                              const uint16_t* packed, float* c, std::ptrdiff_t ldc,
+                              const Epilogue* ep);
 };
 
 // The fast kernels of the ISA whose IsaKernels these are (attention.cpp: defined outside the

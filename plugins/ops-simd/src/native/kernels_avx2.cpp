@@ -23,6 +23,18 @@ constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m256, 8, _mm256);
 
+// 8 float16 (F16C: this file is built with -mf16c, the avx2 path requires it) or bfloat16
+// (the 16 bits as the top half of a float32) widened to 8 floats, exactly.
+struct HalfLoad {
+    static inline __m256 f16(const uint16_t* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    static inline __m256 bf16(const uint16_t* p) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+};
+
 inline __m256 blend(__m256 m, __m256 a, __m256 b) { return _mm256_blendv_ps(b, a, m); }
 GRAPHRT_SIMD_X86_UNARY(__m256, __m256i, 8, _mm256, 256, __m256, _mm256_cmp_ps, blend,
                        _mm256_round_ps);

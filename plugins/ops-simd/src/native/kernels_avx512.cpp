@@ -24,6 +24,18 @@ constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m512, 16, _mm512);
 
+// 16 float16 or bfloat16 (the 16 bits as the top half of a float32) widened to 16 floats.
+struct HalfLoad {
+    static inline __m512 f16(const uint16_t* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+    static inline __m512 bf16(const uint16_t* p) {
+        const __m512i w =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+};
+
 inline __m512 blend(__mmask16 m, __m512 a, __m512 b) { return _mm512_mask_blend_ps(m, b, a); }
 GRAPHRT_SIMD_X86_UNARY(__m512, __m512i, 16, _mm512, 512, __mmask16, _mm512_cmp_ps_mask, blend,
                        _mm512_roundscale_ps);

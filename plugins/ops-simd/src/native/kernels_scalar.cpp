@@ -31,6 +31,33 @@ struct Vec {
     static inline T max(T x, T y) { return x > y ? x : y; }  // y on NaN or a tie, as maxps
 };
 
+// A float16 or bfloat16 weight's bits widened to float32 (exact), portably.
+struct HalfLoad {
+    static inline float f16(const uint16_t* p) {
+        const uint32_t h = *p, sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu;
+        const uint32_t man = h & 0x3FFu;
+        uint32_t bits;
+        if (exp == 0x1F) {
+            bits = sign | 0x7F800000u | (man << 13);  // infinity, NaN (payload kept)
+        } else if (exp != 0) {
+            bits = sign | ((exp + 112u) << 23) | (man << 13);  // rebias 15 -> 127
+        } else {  // zero or subnormal: man * 2^-24, exact in float32
+            float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+            std::memcpy(&bits, &v, sizeof bits);
+            bits |= sign;
+        }
+        float out;
+        std::memcpy(&out, &bits, sizeof out);
+        return out;
+    }
+    static inline float bf16(const uint16_t* p) {
+        const uint32_t bits = static_cast<uint32_t>(*p) << 16;
+        float out;
+        std::memcpy(&out, &bits, sizeof out);
+        return out;
+    }
+};
+
 // Lanes for unary_driver.inc: 4 floats as a GCC/Clang generic vector (one 16-byte register of
 // the baseline SIMD: SSE2, NEON; elsewhere one lane at a time).  Every lane is the same
 // separately rounded IEEE operation (no FMA: contraction is off and baseline x86-64 has none).

@@ -45,6 +45,12 @@ uint64_t xcr0() {
     return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
+// CPUID.1:ECX bit 29, F16C (half <-> float conversions).
+bool f16c() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 struct CpuFeatures {
     bool avx2 = false;
     bool avx512 = false;
@@ -53,7 +59,9 @@ struct CpuFeatures {
         const uint64_t xcr = xcr0();
         const bool ymm_state = (xcr & 0x6) == 0x6;     // SSE and AVX state saved by the OS
         const bool zmm_state = (xcr & 0xE6) == 0xE6;   // plus opmask and both ZMM halves
-        avx2 = ymm_state && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        // F16C: the avx2 kernels widen float16 weights with vcvtph2ps (every AVX2 CPU has it)
+        avx2 = ymm_state && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               f16c();
         avx512 = zmm_state && avx2 && __builtin_cpu_supports("avx512f") &&
                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl");
@@ -137,19 +145,26 @@ Strided strided(const InArray& x) {
 // ---- packed B -------------------------------------------------------------------------------
 
 
-// B (k x n) in the panel layout of one ISA's micro-kernel, 64-byte aligned.
+// B (k x n) in the panel layout of one ISA's micro-kernel, 64-byte aligned.  kind 0: float32
+// panels (pack_b); PANEL_F16 / PANEL_BF16: the 16-bit elements of a float16 / bfloat16 weight
+// (pack_b_half), widened in the micro-kernel (weight_storage, docs/fp16.md).
+constexpr int PANEL_F32 = 0, PANEL_F16 = 1, PANEL_BF16 = 2;
+
 class PackedB {
 public:
-    PackedB(const IsaKernels& isa, int64_t k, int64_t n) : isa_(&isa), k_(k), n_(n) {
+    PackedB(const IsaKernels& isa, int64_t k, int64_t n, int kind = PANEL_F32)
+        : isa_(&isa), k_(k), n_(n), kind_(kind) {
         const int64_t panels = (n + isa.nr - 1) / isa.nr;
         size_ = bounded(mul(mul(panels, isa.nr, "the packed B"), k, "the packed B"), MAX_FLOATS,
                         "the packed B");
-        const size_t bytes = ((static_cast<size_t>(size_) * sizeof(float) + 63) / 64) * 64;
+        const size_t bytes = ((static_cast<size_t>(size_) * elem() + 63) / 64) * 64;
         data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes > 0 ? bytes : 64)));
         if (!data_) throw std::bad_alloc();
     }
 
     void pack(const InArray& b) {
+        if (kind_ != PANEL_F32)
+            throw nb::value_error("a half-precision PackedB is packed by pack_b_half");
         check_matrix(b, "b");
         if (static_cast<int64_t>(b.shape(0)) != k_ || static_cast<int64_t>(b.shape(1)) != n_)
             throw nb::value_error(("b must have shape (" + std::to_string(k_) + ", " +
@@ -162,15 +177,44 @@ public:
         isa_->pack_b(k_, n_, sb, data_.get());
     }
 
+    // The bits of a float16 / bfloat16 B (a uint16 view, k x n, any strides) in the panel
+    // layout: panel p holds B[kk, p*nr + jj] at (p*k + kk)*nr + jj, columns past n zero.
+    void pack_half(const InArray& b) {
+        if (b.dtype() != nb::dtype<uint16_t>() || b.ndim() != 2)
+            throw nb::type_error("b must be a 2-D uint16 array (a float16/bfloat16 view)");
+        if (static_cast<int64_t>(b.shape(0)) != k_ || static_cast<int64_t>(b.shape(1)) != n_)
+            throw nb::value_error("b must have the packed shape");
+        const auto* src = static_cast<const uint16_t*>(b.data());
+        const std::ptrdiff_t rs = b.stride(0), cs = b.stride(1);
+        const int64_t nr = isa_->nr, panels = (n_ + nr - 1) / nr;
+        auto* dst = reinterpret_cast<uint16_t*>(data_.get());
+        nb::gil_scoped_release nogil;
+        for (int64_t p = 0; p < panels; ++p) {
+            const int64_t j0 = p * nr, w = std::min(nr, n_ - j0);
+            for (int64_t kk = 0; kk < k_; ++kk) {
+                uint16_t* row = dst + (p * k_ + kk) * nr;
+                const uint16_t* from = src + kk * rs + j0 * cs;
+                int64_t jj = 0;
+                for (; jj < w; ++jj) row[jj] = from[jj * cs];
+                for (; jj < nr; ++jj) row[jj] = 0;  // +0 in both formats
+            }
+        }
+    }
+
     const IsaKernels& isa() const { return *isa_; }
     int64_t k() const { return k_; }
     int64_t n() const { return n_; }
-    int64_t nbytes() const { return size_ * static_cast<int64_t>(sizeof(float)); }
+    int kind() const { return kind_; }
+    size_t elem() const { return kind_ == PANEL_F32 ? sizeof(float) : sizeof(uint16_t); }
+    int64_t nbytes() const { return size_ * static_cast<int64_t>(elem()); }
     const float* data() const { return data_.get(); }
+    const uint16_t* half_data() const { return reinterpret_cast<const uint16_t*>(data_.get()); }
 
 private:
     const IsaKernels* isa_;
-    int64_t k_, n_, size_;
+    int64_t k_, n_;
+    int kind_;
+    int64_t size_;
     std::unique_ptr<float, FreeDeleter> data_;
 };
 
@@ -180,6 +224,32 @@ PackedB* pack_b(const InArray& b, const std::string& isa) {
                                             static_cast<int64_t>(b.shape(1)));
     packed->pack(b);
     return packed.release();
+}
+
+PackedB* pack_b_half(const InArray& b, const std::string& isa, const std::string& kind) {
+    int k = PANEL_F16;
+    if (kind == "bfloat16") {
+        k = PANEL_BF16;
+    } else if (kind != "float16") {
+        throw nb::value_error("kind must be 'float16' or 'bfloat16'");
+    }
+    if (b.ndim() != 2) throw nb::value_error("b must have 2 dimension(s)");
+    auto packed = std::make_unique<PackedB>(kernels_for(isa), static_cast<int64_t>(b.shape(0)),
+                                            static_cast<int64_t>(b.shape(1)), k);
+    packed->pack_half(b);
+    return packed.release();
+}
+
+// Rows [lo, hi) of the product on columns from panel p0 (n columns), on B's panel type.
+inline void gemm_rows_of(const FastKernels& fast, const PackedB& b, int64_t lo, int64_t hi,
+                         int64_t n, int64_t k, Strided sa, int64_t p0, float* c,
+                         std::ptrdiff_t ldc, const Epilogue* ep) {
+    const int64_t off = p0 * k * b.isa().nr;
+    if (b.kind() == PANEL_F32) {
+        fast.gemm_rows(lo, hi, n, k, sa, b.data() + off, c, ldc, ep);
+    } else {
+        fast.gemm_rows_half[b.kind() - 1](lo, hi, n, k, sa, b.half_data() + off, c, ldc, ep);
+    }
 }
 
 // ---- GEMM entry points ----------------------------------------------------------------------
@@ -264,7 +334,7 @@ void gemm_run(const GemmArgs& g) {
     const int threads = g.threads;
     const int64_t blocks = (row_end - row_begin + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK;
     if (threads <= 1 || blocks <= 0 || n <= 0) {
-        fast.gemm_rows(row_begin, row_end, n, k, sa, b.data(), c, ldc, &ep);
+        gemm_rows_of(fast, b, row_begin, row_end, n, k, sa, 0, c, ldc, &ep);
         return;
     }
     // Rows and columns both split, so that a thread the machine runs late finds the other
@@ -283,7 +353,7 @@ void gemm_run(const GemmArgs& g) {
         const int64_t j0 = p0 * nr, j1 = std::min(n, (p0 + per_chunk) * nr);
         Epilogue part = ep;
         if (part.bias_axis == BIAS_COL) part.bias = ep.bias + j0;
-        fast.gemm_rows(lo, hi, j1 - j0, k, sa, b.data() + p0 * k * nr, c + j0, ldc, &part);
+        gemm_rows_of(fast, b, lo, hi, j1 - j0, k, sa, p0, c + j0, ldc, &part);
     });
 }
 
@@ -716,6 +786,8 @@ namespace graphrt_simd {
 void bind_rnn(nb::module_& m);
 // Attention, the fast element-wise functions and LayerNorm (attention.cpp).
 void bind_attention(nb::module_& m);
+// The int8 GEMM (qgemm.cpp).
+void bind_qgemm(nb::module_& m);
 }  // namespace graphrt_simd
 
 NB_MODULE(_native, m) {
@@ -736,6 +808,10 @@ NB_MODULE(_native, m) {
     m.def("available_isas", &available_isas, "ISAs this CPU and OS can run, scalar first.");
     m.def("pack_b", &pack_b, nb::arg("b"), nb::arg("isa"), nb::rv_policy::take_ownership,
           "Pack B (k x n, any strides) for the fast GEMM of one ISA.");
+    m.def("pack_b_half", &pack_b_half, nb::arg("b"), nb::arg("isa"), nb::arg("kind"),
+          nb::rv_policy::take_ownership,
+          "Pack a float16 or bfloat16 B (its bits as a k x n uint16 array, any strides) in "
+          "half-precision panels for the fast GEMM of one ISA; widened in the micro-kernel.");
     m.def("gemm", &gemm, nb::arg("a"), nb::arg("b"), nb::arg("out"),
           nb::arg("bias").none() = nb::none(), nb::arg("bias_axis") = "col",
           nb::arg("alpha") = 1.0f, nb::arg("activation") = "none", nb::arg("clip_min") = 0.0f,
@@ -765,6 +841,7 @@ NB_MODULE(_native, m) {
     bind_nms(m);
     bind_rnn(m);
     bind_attention(m);
+    bind_qgemm(m);
     nb::class_<MaxPoolCall>(m, "MaxPoolCall",
                             "maxpool2d's arguments checked once; calling it runs maxpool2d.")
         .def(nb::init<InArray, OutArray, const std::vector<int64_t>&,
