@@ -68,6 +68,16 @@ def pytest_graphrt_known_failures(plugin: str) -> dict[str, str]:
         for op in STEADY_STATE_ALLOCATIONS:
             sample = STEADY_STATE_SAMPLES.get(op, ".*")
             known[rf"^ops-basic:{op}:\d+:{sample}:steady_state$"] = why
+    if plugin == "ops-simd":
+        # the native int8 product runs allocation-free; the int32 result's requantization (and
+        # MatMulInteger's zero-point handling) still goes through ops-basic's numpy helpers
+        # (the backend samples of ConvInteger/QLinearConv are too shallow for the native
+        # path: ops-basic's allocating kernel runs them)
+        known[r"^ops-simd:(MatMulInteger|QLinearMatMul|ConvInteger|QLinearConv)@\w+:\d+:.*:"
+              r"steady_state$"] = (
+            "the native int8 kernels requantize through ops-basic's numpy helpers, or leave "
+            "small products to ops-basic's kernel, which allocate per run (issue 17); not fixed"
+        )  # fmt: skip
     return known
 
 

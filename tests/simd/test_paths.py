@@ -73,6 +73,8 @@ def test_plugin_provides_the_three_paths_ranked():
             "MatMulInteger",
             "QLinearMatMul",
             "DynamicQuantizeLinear",
+            "ConvInteger",
+            "QLinearConv",
         }
         ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization")
         fused = {("com.graphrt", op) for op in ours}

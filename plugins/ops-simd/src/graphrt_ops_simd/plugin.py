@@ -3,9 +3,9 @@
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Concat,
 Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
 LayerNormalization, the fused products (FusedConv, FusedMatMul, FusedGemm) and the int8
-products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py); the session
-picks the best available one ("auto") or the one forced by ``kernel_path=`` /
-``GRAPHRT_KERNEL_PATH``.
+products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py) and
+convolutions (ConvInteger, QLinearConv: qconv.py); the session picks the best available one
+("auto") or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ Concat = copies.Concat
 FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
 MaxPool = pool.MaxPool
 (qproduct,) = kernel_modules(__package__, "qproduct")  # int8 products: MatMulInteger, ...
+(qconv,) = kernel_modules(__package__, "qconv")  # int8 convolutions: ConvInteger, ...
 Recurrent = recurrent.Recurrent
 NonMaxSuppression = suppression.NonMaxSuppression
 
@@ -63,6 +64,8 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "MatMulInteger"): _factory(qproduct.MatMulInteger, isa),
                 ("", "QLinearMatMul"): _factory(qproduct.QLinearMatMul, isa),
                 ("", "DynamicQuantizeLinear"): _factory(qproduct.DynamicQuantizeLinear, isa),
+                ("", "ConvInteger"): _factory(qconv.ConvInteger, isa),
+                ("", "QLinearConv"): _factory(qconv.QLinearConv, isa),
                 ("", "Conv"): _factory(Conv, isa),
                 ("com.graphrt", "FusedConv"): _factory(FusedConv, isa),
                 ("com.graphrt", "FusedMatMul"): _factory(FusedMatMul, isa),
