@@ -276,3 +276,20 @@ def test_qlinear_conv_bias_wraps_in_int32(monkeypatch):
     const = {1, 2, 3, 4, 5, 6, 7, 8}
     model = _model("QLinearConv", inputs, const, TensorProto.UINT8, pads=[1, 1, 1, 1])
     _check_paths(model, _feeds(inputs, const), monkeypatch)
+
+
+def test_native_requantize_refuses_bad_arguments():
+    acc = np.zeros((1, 1, 4, 3), np.int32)
+    y = np.zeros((1, 3, 4), np.uint8).reshape(1, 1, 3, 4).transpose(0, 1, 3, 2)
+    mult = np.ones(3, np.float32)
+    isa = simd.available_isas()[0]
+    _native.requantize_i32(acc + 7, None, mult, 2.0, 0.0, 255.0, y, isa)
+    assert (y == 9).all()
+    with pytest.raises(ValueError, match="int32"):
+        _native.requantize_i32(acc.astype(np.int64), None, mult, 0.0, 0.0, 255.0, y, isa)
+    with pytest.raises(ValueError, match="shape"):
+        _native.requantize_i32(acc, None, mult, 0.0, 0.0, 255.0, y[:, :, :2], isa)
+    with pytest.raises(ValueError, match="mult"):
+        _native.requantize_i32(acc, None, np.ones(2, np.float32), 0.0, 0.0, 255.0, y, isa)
+    with pytest.raises(ValueError, match="bias"):
+        _native.requantize_i32(acc, np.ones(2, np.int32), mult, 0.0, 0.0, 255.0, y, isa)

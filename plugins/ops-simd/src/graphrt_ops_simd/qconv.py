@@ -252,6 +252,21 @@ class QLinearConv(_NativeIntegerConv):
     ) -> Callable[[], None]:
         p: QConvPlan = ctx.prepared
         calls, acc = self.sum_calls(ctx, p, inputs)
+        r = p.requant
+        if r.multiplier is not None and r.zero is not None:
+            # constant scales and zero point: bias, cast, scale, round, clip and the write into
+            # Y in one native pass (qgemm.h's requant: ops-basic's operations, the same bits)
+            has_bias = len(inputs) > 8 and inputs[8] is not None
+            calls.append(
+                functools.partial(
+                    _native.requantize_i32, acc,
+                    np.ascontiguousarray(inputs[8]).reshape(-1) if has_bias else None,
+                    np.ascontiguousarray(r.multiplier, dtype=F32).reshape(-1),
+                    float(r.zero), float(r.lo), float(r.hi), self.y_view(p, outputs[0]),
+                    self.isa,
+                )
+            )  # fmt: skip
+            return functools.partial(_call_all, calls)
         tmp = ctx.scratch[p.requant.tmp]
         if len(inputs) > 8 and inputs[8] is not None:
             # the int32 bias added in int32 (numpy's int32 loop, wrapping as ops-basic's add),

@@ -374,6 +374,53 @@ void dynamic_quantize(const InArray& x, OutArray y, OutArray y_scale, OutArray y
     kern.dq_quantize(px, n, scale, zero, py);
 }
 
+// QLinearConv's requantization (qgemm.h, requant): acc (G, N, P, Mg) int32 C-contiguous; y a
+// (G, N, P, Mg) int8/uint8 view of Y (N, M, P) (any strides); bias (M) int32 or none; mult 1 or
+// M float32 values.
+void requantize_i32(const nb::ndarray<nb::ro, nb::device::cpu>& acc,
+                    std::optional<nb::ndarray<nb::ro, nb::device::cpu>> bias,
+                    const nb::ndarray<nb::ro, nb::device::cpu>& mult, float zero, float lo,
+                    float hi, nb::ndarray<nb::device::cpu> y, const std::string& isa) {
+    if (acc.dtype() != nb::dtype<int32_t>() || acc.ndim() != 4 || !c_contiguous(acc))
+        throw nb::value_error("acc must be a C-contiguous 4-D int32 array");
+    const bool y_signed = y.dtype() == nb::dtype<int8_t>();
+    if ((!y_signed && y.dtype() != nb::dtype<uint8_t>()) || y.ndim() != 4)
+        throw nb::value_error("y must be a 4-D int8 or uint8 array");
+    for (size_t d = 0; d < 4; ++d) {
+        if (y.shape(d) != acc.shape(d)) throw nb::value_error("y must have acc's shape");
+    }
+    const int64_t g = acc.shape(0), n = acc.shape(1), rows = acc.shape(2), cols = acc.shape(3);
+    const int64_t m = mul(g, cols, "the output channels");
+    if (mult.dtype() != nb::dtype<float>() || (mult.size() != 1 && int64_t(mult.size()) != m) ||
+        !c_contiguous(mult))
+        throw nb::value_error("mult must hold 1 or M float32 values");
+    const int32_t* pb = nullptr;
+    if (bias) {
+        if (bias->dtype() != nb::dtype<int32_t>() || int64_t(bias->size()) != m ||
+            !c_contiguous(*bias))
+            throw nb::value_error("bias must hold M int32 values");
+        pb = static_cast<const int32_t*>(bias->data());
+    }
+    uintptr_t a0, a1, b0, b1;
+    if (byte_extent(y, 1, a0, a1) && byte_extent(acc, 4, b0, b1) && a0 < b1 && b0 < a1)
+        throw nb::value_error("y must not overlap acc");
+    const QGemmKernels& kern = qkernels_for(isa);
+    const int32_t* pa = static_cast<const int32_t*>(acc.data());
+    const float* pm = static_cast<const float*>(mult.data());
+    const bool per_col = mult.size() != 1;
+    char* py = static_cast<char*>(y.data());
+    nb::gil_scoped_release nogil;
+    for (int64_t gi = 0; gi < g; ++gi) {
+        for (int64_t ni = 0; ni < n; ++ni) {
+            const int32_t* slab = pa + (gi * n + ni) * rows * cols;
+            char* yb = py + gi * y.stride(0) + ni * y.stride(1);
+            kern.requant(slab, rows, cols, pb ? pb + gi * cols : nullptr,
+                         per_col ? pm + gi * cols : pm, per_col, zero, lo, hi, yb, y.stride(2),
+                         y.stride(3), y_signed);
+        }
+    }
+}
+
 }  // namespace
 
 void bind_qgemm(nb::module_& m) {
@@ -393,6 +440,11 @@ void bind_qgemm(nb::module_& m) {
              nb::arg("a"), nb::arg("packed"), nb::arg("out"),
              nb::arg("a_zero").none() = nb::none(), nb::arg("threads") = 1)
         .def("__call__", &QGemmCall::operator());
+    m.def("requantize_i32", &requantize_i32, nb::arg("acc"), nb::arg("bias").none(),
+          nb::arg("mult"), nb::arg("zero"), nb::arg("lo"), nb::arg("hi"), nb::arg("y"),
+          nb::arg("isa"),
+          "y = clip(rint(float32(acc + bias) * mult) + zero, lo, hi): QLinearConv's "
+          "requantization of (G, N, P, Mg) int32 sums into a view of Y, as ops-basic's.");
     m.def("dynamic_quantize", &dynamic_quantize, nb::arg("x"), nb::arg("y"),
           nb::arg("y_scale"), nb::arg("y_zero"), nb::arg("isa"),
           "DynamicQuantizeLinear of float32 x (C-contiguous) into uint8 y, float32 y_scale "

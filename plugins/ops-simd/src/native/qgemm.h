@@ -56,6 +56,13 @@ struct QGemmKernels {
     // |x / scale| < 2^22 (a float32 division, rint half to even).
     void (*dq_range)(const float* x, int64_t n, float* lo, float* hi, int* nan);
     void (*dq_quantize)(const float* x, int64_t n, float scale, float zero, uint8_t* y);
+    // QLinearConv's requantization of one (group, image) slab of int32 sums (rows x cols,
+    // C-contiguous): v = float32(sum + bias[c]) (the int32 add wraps) * mult[c or 0], then
+    // rint (half to even) + zero, clipped to [lo, hi] (NaN -> lo), stored as int8/uint8 at
+    // y[r * y_rs + c * y_cs] — ops-basic's requantize, one float32 operation at a time.
+    void (*requant)(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* bias,
+                    const float* mult, bool mult_per_col, float zero, float lo, float hi,
+                    void* y, std::ptrdiff_t y_rs, std::ptrdiff_t y_cs, bool y_signed);
 };
 
 // Bytes of the work buffer for `rows` rows of A packed by `kern` (kp: the padded depth).
