@@ -21,8 +21,14 @@ from onnx import TensorProto, helper
 
 da = pytest.importorskip("dask.array", reason="dask[array] is not installed (graphrt[dask])")
 distributed = pytest.importorskip("distributed", reason="distributed is not installed")
-pd = pytest.importorskip("pandas", reason="pandas is not installed (dask[dataframe])")
-dd = pytest.importorskip("dask.dataframe", reason="dask[dataframe] is not installed")
+pd = pytest.importorskip(
+    "pandas", reason="pandas is not installed (dask[dataframe])", exc_type=ImportError
+)
+dd = pytest.importorskip(
+    "dask.dataframe",
+    reason="dask[dataframe] is not installed or cannot import (pyarrow needs numpy 2)",
+    exc_type=ImportError,
+)
 
 import graphrt  # noqa: E402
 import graphrt.dask as gd  # noqa: E402

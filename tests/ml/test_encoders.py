@@ -476,7 +476,9 @@ def test_column_transformer_with_one_hot_encoder(batch):
     colour = rng.choice(np.array(["red", "green", "blue", "grey"], dtype=object), size=(n, 1))
     score = num[:, 0] + (colour[:, 0] == "red") - (colour[:, 0] == "blue") * 0.5
     y = (score > 0.2).astype(np.int64)
-    import pandas as pd
+    pd = pytest.importorskip(
+        "pandas", reason="pandas is not installed (the ColumnTransformer's frame)"
+    )
 
     frame = pd.DataFrame({"a": num[:, 0], "b": num[:, 1], "c": num[:, 2], "colour": colour[:, 0]})
     pre = ColumnTransformer(

@@ -46,6 +46,12 @@ F32 = np.dtype(np.float32)
 #: Deepest product run natively: k * 255 * 255 stays below 2**31, so no int32 sum wraps (and
 #: ops-basic's wider sums convert to the same int32).
 MAX_K = (2**31 - 1) // (255 * 255)
+#: Paths whose native int8 products run in sessions. The scalar path's C++ int8 GEMM is slower
+#: than ops-basic's exact products through float BLAS, and on the scalar path a session with a
+#: deep product (300 x 3072 @ 3072 x 64, two threads, the third session in a process) crashed
+#: in a pool worker at -O3 (not at -O2, not under ASan; not root-caused): ops-basic's kernels
+#: there. Its kernels stay reachable for the tests (tests/simd/test_native_qgemm.py).
+NATIVE_ISAS = ("avx2", "avx512")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,8 @@ class _NativeIntegerProduct(NativeKernel):
 
     def native_plan(self, ctx: InferContext, full: Sequence[int]) -> QPlan | None:
         """The plan when the native kernel can take this node, else None."""
+        if self.isa not in NATIVE_ISAS:
+            return None
         if ctx.dtype(self.A) not in INT8 or ctx.dtype(self.B) not in INT8:
             return None
         b = ctx.known_value(self.B)
