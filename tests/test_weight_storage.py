@@ -8,6 +8,7 @@ native GEMM's half-precision panels give the bits of float32 panels of the same 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -130,8 +131,22 @@ def test_half_storage_shrinks_the_process(encoder, storage):
         numpy_helper.to_array(t).size for t in onnx.load(path).graph.initializer
     )  # ~80 MiB of float32 weights: noise of a few MiB does not matter
     assert full["created"] > 0.8 * weights, (full, weights)  # the measure sees the weights
-    for when in ("created", "ran"):
-        assert half[when] <= 0.6 * full[when], (storage, when, half, full)
+    assert half["created"] <= 0.6 * full["created"], (storage, half, full)  # the line
+    # after the first run: on the numpy and scalar paths the products widen their half weight
+    # into float32 plan scratch per run (the native GEMM reads half panels): the slab holds
+    # one float32 copy of the widest product weight more
+    model = onnx.load(path)
+    sizes = {t.name: numpy_helper.to_array(t).size for t in model.graph.initializer}
+    widest = max(
+        (sizes.get(i, 0) for n in model.graph.node if n.op_type in ("MatMul", "Gemm")
+         for i in n.input),
+        default=0,
+    )  # fmt: skip
+    numpy_products = importlib.util.find_spec("graphrt_ops_simd") is None or os.environ.get(
+        "GRAPHRT_KERNEL_PATH"
+    ) in ("numpy", "scalar")
+    allowance = 4 * widest if numpy_products else 0
+    assert half["ran"] <= 0.6 * full["ran"] + allowance, (storage, half, full, allowance)
 
 
 @pytest.mark.parametrize("storage", ["float16", "bfloat16"])
