@@ -464,6 +464,14 @@ def test_regex_full_match_random_patterns_match_onnxruntime() -> None:
 def test_tokenizer_random_patterns_match_onnxruntime() -> None:
     import random
 
+    from tests._versions import onnxruntime_release
+
+    if onnxruntime_release() < (1, 21):
+        pytest.skip(
+            "onnxruntime < 1.21 (tox -e numpy1) spends minutes in its Tokenizer on some of "
+            "these random patterns: the oracle, not graphrt; the default environment compares"
+        )
+
     rng = random.Random(5)
     rs = np.random.RandomState(5)
     alphabet = list("ab é1_.\n") + ["ab", "  "]
