@@ -37,3 +37,29 @@ def skip_unless_onnx_defines(opset: int) -> None:
     newest = onnx.defs.onnx_opset_version()
     if opset > newest:
         pytest.skip(f"onnx {onnx.__version__} defines ai.onnx up to opset {newest}, not {opset}")
+
+
+def old_oracles() -> str | None:
+    """Why the tests of the ai.onnx.ml, quantization and contrib operators cannot use this
+    environment's oracles (tox -e numpy1 pins onnx < 1.20 and onnxruntime < 1.21), else None.
+
+    Their expected values come from onnx >= 1.20's reference evaluator and node cases and
+    onnxruntime >= 1.21: older releases differ in these operators' semantics (the node cases
+    of QLinearMatMul int8 and QuantizeLinear float8, onnx.reference's float64 tree scores),
+    lack types (INT2) and cannot load the IR 12 models onnxruntime.quantization writes.
+    """
+    if ONNX < (1, 20):
+        return f"onnx {onnx.__version__} < 1.20: " + _OLD
+    try:
+        ort = onnxruntime_release()
+    except ImportError:
+        return None
+    if ort < (1, 21):
+        return f"onnxruntime {'.'.join(map(str, ort))} < 1.21: " + _OLD
+    return None
+
+
+_OLD = (
+    "the oracles of these tests (onnx.reference, onnx's node cases, onnxruntime) are newer; "
+    "graphrt's kernels are compared in the default environment"
+)

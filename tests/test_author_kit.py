@@ -339,6 +339,10 @@ SUBSET = {
 
 @pytest.mark.parametrize("plugin", sorted(SUBSET))
 def test_the_repository_plugins_keep_the_contract(plugin):
+    from tests._versions import old_oracles
+
+    if old_oracles():  # the kit's backend cases are this onnx's node cases
+        pytest.skip(old_oracles())
     import graphrt.plugins
 
     if plugin not in graphrt.plugins.snapshot().plugins:

@@ -115,6 +115,16 @@ RANDOM_OUTPUTS |= {
     ),
 }
 
+if ONNX < (1, 20):
+    EXPECTED_FAILURES[r"^test_qlinearmatmul_[23]D_int8_float(16|32)_cpu$"] = (
+        "onnx < 1.20 only (tox -e numpy1): its node case expects 20 where the requantized sum "
+        "saturates to -128; onnx 1.20+ fixed the expected output, which graphrt matches"
+    )
+    EXPECTED_FAILURES[r"^test_quantizelinear_(e4m3fn|float4e2m1)_cpu$"] = (
+        "onnx < 1.20 with numpy 1 only: the runner compares the float8/float4 outputs with "
+        "np.testing.assert_allclose, which cannot promote ml_dtypes with float16 there"
+    )
+
 if NUMPY < (2, 0):
     EXPECTED_FAILURES[r"^test_dft_inverse(_opset19)?_cpu$"] = (
         "numpy 1 only: onnx recorded these expected outputs in single precision (imaginary "

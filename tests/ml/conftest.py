@@ -19,3 +19,8 @@ MISSING = importlib.util.find_spec("graphrt_ops_ml") is None
 def _needs_ops_ml() -> None:
     if MISSING:
         pytest.skip(REASON)
+    from tests._versions import old_oracles
+
+    old = old_oracles()
+    if old:
+        pytest.skip(old)

@@ -16,3 +16,8 @@ MISSING = importlib.util.find_spec("graphrt_ops_contrib") is None
 def _needs_ops_contrib() -> None:
     if MISSING:
         pytest.skip(REASON)
+    from tests._versions import old_oracles
+
+    old = old_oracles()
+    if old:
+        pytest.skip(old)
