@@ -547,3 +547,21 @@ def test_range_values_across_chunks_follow_the_formula(elem, dtype, start, limit
     else:
         want = (i * delta + start).astype(dtype)
     np.testing.assert_array_equal(y, want)
+
+
+def test_a_slab_over_the_budget_names_the_node_of_its_largest_value():
+    """Huge pads make a Conv's output the plan's giant: the plan's refusal names that node."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="small"),
+        helper.make_node("Conv", ["r", "w"], ["y"], name="padded", group=4, pads=[2**40, 0, 0, 0]),
+    ]
+    w = onnx.numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w")
+    m = model(
+        nodes,
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [w],
+    )
+    sess = graphrt.Session(m)
+    err = refused(lambda: sess.run(None, {"x": np.ones((1, 4, 8, 8), np.float32)}), "slab")
+    assert "the largest made by Conv node 'padded'" in str(err), str(err)

@@ -580,3 +580,12 @@ def test_steady_state_allocates_no_array_data(name):
     assert counter.count == 0, f"{counter.count} numpy allocations ({counter.bytes} bytes)"
     assert_same(outs, want)
     assert_same(outs, oracle(make_model(op, ins, opset, const, n_out, **attrs), ins, const))
+
+
+def test_quantize_refuses_an_input_type_the_spec_does_not_take():
+    model = make_model("QuantizeLinear", [np.ones((2, 3), np.int64), np.float32(0.1)], 21, (1,))
+    with pytest.raises(graphrt.SessionError) as info:
+        graphrt_run(model, [np.ones((2, 3), np.int64), np.float32(0.1)], (1,))
+    assert info.value.kind == "invalid_input" and "X must be a float tensor or int32" in str(
+        info.value
+    )

@@ -255,8 +255,13 @@ def build_plan(
     _check_output_types(graph, types)
     memory, steps = _plan_memory(graph, steps, types, constants, dynamic, keep_all)
     if memory.size > graph.max_memory:
+        # the plan's refusal (no node of its own), naming the node of its largest value
+        made = [(types[o].nbytes, s.node) for s in steps for o in s.node.outputs if o in types]
+        largest = (
+            f", the largest made by {max(made, key=lambda m: m[0])[1].info.label}" if made else ""
+        )
         raise exhausted(
-            "the plan for these input shapes (the slab of its static values)",
+            f"the plan for these input shapes (the slab of its static values{largest})",
             memory.size,
             0,
             graph.max_memory,

@@ -202,6 +202,9 @@ class QuantizeLinear(_Linear):
         self.precision = _type_attr(self, "precision")
 
     def infer(self, ctx: InferContext) -> None:
+        x_type = ctx.dtype(0)
+        if x_type != np.dtype(np.int32) and x_type.kind != "f" and x_type.name != "bfloat16":
+            raise self.fail(f"X must be a float tensor or int32, got {x_type}", "invalid_input")
         zp_type = ctx.dtype(2) if ctx.has_input(2) else None
         out = self.output_dtype or zp_type or np.dtype(np.uint8)
         if zp_type is not None and zp_type != out:
