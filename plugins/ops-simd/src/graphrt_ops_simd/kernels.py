@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt_ops_basic._geometry import call_all
 
 from . import _native
 
@@ -197,7 +198,7 @@ class NativeProduct(NativeKernel):
         elif parts:
             calls.append(functools.partial(ctx.parallel_for, len(parts), _indexed(parts)))
         calls += self.epilogue(ctx, p, inputs, outputs[0])
-        return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
+        return calls[0] if len(calls) == 1 else functools.partial(call_all, calls)
 
     def operands(self, p: Plan, inputs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
@@ -259,11 +260,6 @@ def _indexed(parts: list[Callable[[], Any]]) -> Callable[[int], None]:
         parts[i]()
 
     return one
-
-
-def _call_all(calls: list[Callable[[], Any]]) -> None:
-    for f in calls:
-        f()
 
 
 def fast_native(isa: str, macs: int, rows: int) -> bool:

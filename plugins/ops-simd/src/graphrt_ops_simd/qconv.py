@@ -32,7 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from graphrt.plugin import InferContext, KernelContext
-from graphrt_ops_basic._geometry import Window, resolve
+from graphrt_ops_basic._geometry import Window, call_all, resolve
 from graphrt_ops_basic.qmatmul import (
     Requantize,
     constant_array,
@@ -43,7 +43,7 @@ from graphrt_ops_basic.qmatmul import (
 
 from . import _native
 from .kernels import NativeKernel, probe
-from .qproduct import INT8, MAX_K
+from .qproduct import INT8, MAX_K, infer_int32
 
 I32 = np.dtype(np.int32)
 F32 = np.dtype(np.float32)
@@ -203,21 +203,11 @@ def _gather(
     np.copyto(cols.reshape(shape), view)
 
 
-def _call_all(calls: Sequence[Callable[[], Any]]) -> None:
-    for call in calls:
-        call()
-
-
 class ConvInteger(_NativeIntegerConv):
     """int32 Y = conv(X - x_zero_point, W - w_zero_point) natively."""
 
     def infer(self, ctx: InferContext) -> None:
-        dtype, out = probe(self.base, ctx, hidden=(self.W,))
-        plan = self.native_plan(ctx, out) if dtype == I32 else None
-        if plan is None:
-            return self.fallback(ctx)
-        ctx.set_output(0, dtype, out)
-        ctx.prepared = plan
+        infer_int32(self, ctx, self.W)
 
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -225,7 +215,7 @@ class ConvInteger(_NativeIntegerConv):
         p: QConvPlan = ctx.prepared
         calls, acc = self.sum_calls(ctx, p, inputs)
         calls.append(functools.partial(np.copyto, self.y_view(p, outputs[0]), acc))
-        return functools.partial(_call_all, calls)
+        return functools.partial(call_all, calls)
 
 
 class QLinearConv(_NativeIntegerConv):
@@ -266,7 +256,7 @@ class QLinearConv(_NativeIntegerConv):
                     self.isa,
                 )
             )  # fmt: skip
-            return functools.partial(_call_all, calls)
+            return functools.partial(call_all, calls)
         tmp = ctx.scratch[p.requant.tmp]
         if len(inputs) > 8 and inputs[8] is not None:
             # the int32 bias added in int32 (numpy's int32 loop, wrapping as ops-basic's add),
@@ -276,7 +266,7 @@ class QLinearConv(_NativeIntegerConv):
             acc = tmp
         y = self.y_view(p, outputs[0])
         calls.append(functools.partial(_requantized, acc, tmp, p, inputs, y))
-        return functools.partial(_call_all, calls)
+        return functools.partial(call_all, calls)
 
 
 def _per_out(scale: Any, p: QConvPlan) -> np.ndarray:

@@ -140,16 +140,22 @@ def _copying_call(
     _native.QGemmCall(x.reshape(p.rows, p.k), p.packed, out, a_zero, threads)()
 
 
+def infer_int32(kernel: Any, ctx: InferContext, weight: int) -> None:
+    """The infer of an int32 product (MatMulInteger, ConvInteger): the numpy kernel's checks
+    and output type (its constant ``weight`` hidden), then the native plan or the fallback."""
+    dtype, out = probe(kernel.base, ctx, hidden=(weight,))
+    plan = kernel.native_plan(ctx, out) if dtype == I32 else None
+    if plan is None:
+        return kernel.fallback(ctx)
+    ctx.set_output(0, dtype, out)
+    ctx.prepared = plan
+
+
 class MatMulInteger(_NativeIntegerProduct):
     """int32 Y = (A - a_zero_point) @ (B - b_zero_point)."""
 
     def infer(self, ctx: InferContext) -> None:
-        dtype, out = probe(self.base, ctx, hidden=(self.B,))
-        plan = self.native_plan(ctx, out) if dtype == I32 else None
-        if plan is None:
-            return self.fallback(ctx)
-        ctx.set_output(0, dtype, out)
-        ctx.prepared = plan
+        infer_int32(self, ctx, self.B)
 
     def bind_native(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]

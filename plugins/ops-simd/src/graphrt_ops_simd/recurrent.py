@@ -28,6 +28,7 @@ import numpy as np
 
 from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic import rnn as basic_rnn
+from graphrt_ops_basic._geometry import call_all
 
 from . import _native
 from .kernels import NativeKernel, trial_infer
@@ -142,7 +143,7 @@ class Recurrent(NativeKernel):
             ctx.scratch[p.work], threads,
         )  # fmt: skip
         calls.append(functools.partial(_checked, self, run, lens, p.seq))
-        return calls[0] if len(calls) == 1 else functools.partial(_call_all, calls)
+        return calls[0] if len(calls) == 1 else functools.partial(call_all, calls)
 
 
 def _f32(a: np.ndarray | None) -> np.ndarray | None:
@@ -160,11 +161,6 @@ def _checked(kernel: Recurrent, run: Callable[[], None], lens: Any, seq: int) ->
             f"sequence_lens values must lie in [0, {seq}], got {np.asarray(lens).tolist()}",
             "invalid_input",
         ) from None
-
-
-def _call_all(calls: list[Callable[[], Any]]) -> None:
-    for f in calls:
-        f()
 
 
 def _via_contiguous(
