@@ -29,6 +29,7 @@ from bench_models import (
     add_chain,
     bert_encoder,
     flatten_mlp,
+    light_models,
     make_feed,
     mlp,
     mlp_tiny,
@@ -49,9 +50,7 @@ def models() -> dict[str, Callable[[], Any]]:
         "exported_flatten_mlp": flatten_mlp,
         "exported_small_cnn": small_cnn,
         "mlp": mlp,
-        "light_resnet50": light("light_resnet50"),
-        "light_inception_v1": light("light_inception_v1"),
-        "light_squeezenet": light("light_squeezenet"),
+        **{name: light(name) for name in sorted(light_models())},
         "bert_encoder_4x256": bert_encoder,
     }
 
@@ -66,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--models", help="comma-separated substrings of model names")
+    parser.add_argument(
+        "--path", default=None, help="graphrt's kernel path (avx2 on an AVX-512 machine, say)"
+    )
+    parser.add_argument("--no-numpy", action="store_true", help="leave out the numpy-path column")
     args = parser.parse_args(argv)
     import onnxruntime as ort
 
@@ -88,12 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         # alone is as fast (41.1 vs 41.6 ms, light_resnet50, two threads).
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-        auto = graphrt.Session(data, intra_op_threads=args.threads)
-        plain = graphrt.Session(data, intra_op_threads=args.threads, kernel_path="numpy")
-        t_auto, t_plain, t_ort = alternate(
-            [functools.partial(s.run, None, feed) for s in (auto, plain, theirs)],
+        auto = graphrt.Session(data, intra_op_threads=args.threads, kernel_path=args.path)
+        sessions = [auto, theirs]
+        if not args.no_numpy:
+            plain = graphrt.Session(data, intra_op_threads=args.threads, kernel_path="numpy")
+            sessions.insert(1, plain)
+        times = alternate(
+            [functools.partial(s.run, None, feed) for s in sessions],
             args.rounds * SHORT.get(name, 1),
         )
+        t_auto, t_ort = times[0], times[-1]
+        t_plain = times[1] if not args.no_numpy else float("nan")
         print(
             f"| {name} | {args.threads} | {_ms(t_auto)} | {_ms(t_plain)} | "
             f"{_ms(t_ort)} | {t_auto / t_ort:.2f} | {t_plain / t_ort:.2f} | "
@@ -101,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         auto.close()
-        plain.close()
+        if not args.no_numpy:
+            plain.close()
     return 0
 
 

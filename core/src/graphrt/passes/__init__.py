@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from graphrt.passes.base import LEVELS, GraphPass, PassContext, PassGraph, PassNode
 from graphrt.passes.constant_fold import ConstantFolding
+from graphrt.passes.fold_affine import FoldChannelAffine
 from graphrt.passes.fuse_bn import FuseBatchNormIntoConv
 
 __all__ = ["LEVELS", "GraphPass", "PassContext", "PassGraph", "PassNode", "builtin_passes"]
@@ -18,4 +19,4 @@ __all__ = ["LEVELS", "GraphPass", "PassContext", "PassGraph", "PassNode", "built
 
 def builtin_passes() -> list[GraphPass]:
     """A fresh instance of every built-in pass (passes may keep state while they run)."""
-    return [ConstantFolding(), FuseBatchNormIntoConv()]
+    return [ConstantFolding(), FuseBatchNormIntoConv(), FoldChannelAffine()]

@@ -29,13 +29,7 @@ class FuseBatchNormIntoConv(GraphPass):
         for n in graph.nodes:
             for x in dict.fromkeys(n.inputs):  # nodes, as graph.consumers counts them
                 readers[x] = readers.get(x, 0) + 1
-        # How many constants see each memory owner (an array, or the array a view is of): a
-        # weight whose owner another constant sees too is never rewritten in place.
-        owners: dict[int, int] = {}
-        for v in graph.constants.values():
-            if isinstance(v, np.ndarray):
-                key = id(_owner(v))
-                owners[key] = owners.get(key, 0) + 1
+        owners = count_owners(graph)
         # The node list is rebuilt once at the end (a graph.replace per fusion rebuilt it per
         # BatchNormalization): the fused node takes the BatchNormalization's slot, as replace
         # puts it, and the Conv's slot empties.
@@ -91,28 +85,7 @@ class FuseBatchNormIntoConv(GraphPass):
         s = scale / np.sqrt(var + eps)
         if s.shape != (w.shape[0],):
             return None
-        # One pass over the weights: the product in float64, rounded once into w's type (the
-        # bits of ``(w.astype(f64) * s).astype(w.dtype)``, without two float64 copies of W).
-        # A weight only this Conv reads, whose memory no other constant sees and the session
-        # owns (initializers and folded values are new arrays) is rewritten in place: the old
-        # one is dead after the fusion, and a large model's weights are not written twice into
-        # fresh memory.
-        name = conv.inputs[1]
-        owner = _owner(w)
-        in_place = (
-            readers.get(name) == 1
-            and conv.inputs.count(name) == 1
-            and not graph.is_graph_output(name)
-            and isinstance(owner, np.ndarray)
-            and owner.base is None
-            and owners.get(id(owner)) == 1
-            and w.flags.writeable
-        )
-        w2 = w if in_place else np.empty_like(w)
-        col = s.reshape((-1,) + (1,) * (w.ndim - 1))
-        np.multiply(w, col, out=w2, dtype=np.float64, casting="unsafe")
-        if in_place:
-            del graph.constants[name]  # its values are the fused ones now
+        w2 = scaled_weight(graph, conv, conv.inputs[1], w, s, readers, owners)
         b0 = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
         b2 = ((b0 - mean) * s + bias).astype(w.dtype)
         inputs = [
@@ -124,6 +97,54 @@ class FuseBatchNormIntoConv(GraphPass):
         # writes the BatchNormalization's output.
         info = dataclasses.replace(conv.info, inputs=tuple(inputs), outputs=tuple(bn.outputs))
         return conv, PassNode(info, conv.op_def, inputs, list(bn.outputs))
+
+
+def count_owners(graph: PassGraph) -> dict[int, int]:
+    """How many constants see each memory owner (an array, or the array a view is of): a
+    weight whose owner another constant sees too is never rewritten in place."""
+    owners: dict[int, int] = {}
+    for v in graph.constants.values():
+        if isinstance(v, np.ndarray):
+            key = id(_owner(v))
+            owners[key] = owners.get(key, 0) + 1
+    return owners
+
+
+def scaled_weight(
+    graph: PassGraph,
+    node: PassNode,
+    name: str,
+    w: np.ndarray,
+    s: np.ndarray,
+    readers: dict[str, int],
+    owners: dict[int, int],
+) -> np.ndarray:
+    """``w`` with its output channels (axis 0) multiplied by the float64 ``s``.
+
+    One pass over the weights: the product in float64, rounded once into w's type (the bits of
+    ``(w.astype(f64) * s).astype(w.dtype)``, without two float64 copies of W).  A weight only
+    one node reads, whose memory no other constant sees and the session owns (initializers and
+    folded values are new arrays) is rewritten in place and dropped from the constants (the
+    caller adds the result under a new name): the old one is dead after the fusion, and a large
+    model's weights are not written twice into fresh memory.
+    """
+    owner = _owner(w)
+    in_place = (
+        readers.get(name) == 1
+        and node.inputs.count(name) == 1
+        and not graph.is_graph_output(name)
+        and isinstance(owner, np.ndarray)
+        and owner.base is None
+        and owners.get(id(owner)) == 1
+        and w.flags.writeable
+    )
+    out = w if in_place else np.empty_like(w)
+    np.multiply(
+        w, s.reshape((-1,) + (1,) * (w.ndim - 1)), out=out, dtype=np.float64, casting="unsafe"
+    )
+    if in_place:
+        del graph.constants[name]  # its values are the scaled ones now
+    return out
 
 
 def _owner(a: np.ndarray) -> object:
