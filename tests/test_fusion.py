@@ -117,11 +117,17 @@ def test_conv_add_that_is_no_channel_bias_is_not_fused(add):
     assert op_list(sess) == ["Conv", "Add", "Relu"]
 
 
-def test_conv_with_a_bias_keeps_a_following_add():
-    """Adding both biases at once would round differently: only the activation could fuse,
-    and it does not read the Conv."""
+def test_conv_with_a_bias_keeps_a_following_add_where_bits_count():
+    """Adding both biases at once would round differently: in exact mode only the activation
+    could fuse, and it does not read the Conv.  Fast mode folds the Add's per-channel constant
+    into the bias (fold_channel_affine), and then the Relu joins the Conv."""
     model = _conv_model("Relu", True, rand_w(6, 1, 1))
-    assert op_list(graphrt.Session(model)) == ["Conv", "Add", "Relu"]
+    assert op_list(graphrt.Session(model, mode="exact")) == ["Conv", "Add", "Relu"]
+    fast = graphrt.Session(model)
+    assert op_list(fast) == ["com.graphrt.FusedConv"]
+    x = {"x": rand_x(2, 3, 9, 9)}
+    plain = graphrt.Session(model, optimization_level="none")
+    np.testing.assert_allclose(fast.run(None, x)[0], plain.run(None, x)[0], rtol=1e-5, atol=1e-6)
 
 
 def _mm_model(op: str, act: str | None, bias: np.ndarray | None, extra_output: str = ""):

@@ -29,6 +29,7 @@ def test_exact_mode_skips_the_passes_that_change_rounding():
         "fuse_attention",
         "fuse_attention_heads",
         "fuse_rms_norm",
+        "fuse_batchnorm_activation",
     }
     assert [p.name for p in fusion_passes() if p.selected("basic", exact=False)] == [
         "eliminate_inference_dropout",

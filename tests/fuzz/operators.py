@@ -35,6 +35,11 @@ SUBSTITUTES: dict[tuple[str, str], tuple[str, int, dict[str, list]]] = {
         13,
         {"activation": ["", "Relu", "Clip", "Sigmoid", "Gelu"], "approximate": ["none", "tanh"]},
     ),
+    ("com.graphrt", "FusedBatchNormalization"): (
+        "BatchNormalization",
+        15,
+        {"activation": ["", "Relu", "Clip", "Sigmoid", "Gelu", "Tanh"]},
+    ),
     ("com.graphrt", "LayerNormalization"): ("LayerNormalization", 17, {}),
     ("com.graphrt", "RMSNormalization"): ("RMSNormalization", 23, {}),
     ("com.graphrt", "Attention"): ("Attention", 23, {}),

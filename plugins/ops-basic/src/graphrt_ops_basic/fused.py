@@ -16,6 +16,10 @@ or FusedMatMul follows the exact product, then the exact Relu or the exact Sigmo
 (``_exact_math.sigmoid_into``, as the Sigmoid operator runs it, in place; NaN rewritten once,
 at the end); Clip and Gelu are not exact; a FusedConv follows the exact Conv (conv_exact.py)
 the same way.
+
+FusedBatchNormalization (inference BatchNormalization, then the activation) is the same idea
+for a batch norm no Conv could absorb (DenseNet's Concat -> BatchNormalization -> Relu): the
+BatchNormalization's own calls, then the epilogue in place on Y.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from .activation import clip_bound, clip_into
 from .conv import Conv
 from .gelu import GeluPlan, gelu_call, gelu_plan, parse_approximate
 from .matmul import Gemm, MatMul
+from .norm import BatchNormalization, _BatchPlan
 from .unary import ExactPlan, plan_exact, run_exact, sigmoid_into
 
 ACTIVATIONS = ("", "Relu", "Clip", "Sigmoid", "Gelu")
@@ -276,3 +281,37 @@ class FusedMatMul(_FusedProduct, MatMul):
                 )
         epilogue = plan_epilogue(self, ctx, self.act, bias=bias)
         ctx.prepared = dataclasses.replace(ctx.prepared, epilogue=epilogue)
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedBatchPlan(_BatchPlan):
+    """BatchNormalization's plan and the epilogue that follows it."""
+
+    epilogue: Epilogue | None = None
+
+
+class FusedBatchNormalization(BatchNormalization):
+    """Inference BatchNormalization (X, scale, B, mean, var; ``epsilon``) then the activation,
+    in place on Y (fusion/bn_relu.py writes it for a BatchNormalization -> Relu)."""
+
+    def __init__(self, node: NodeInfo) -> None:
+        # inference whatever the domain's version: the legacy is_test/spatial rules do not apply
+        super().__init__(dataclasses.replace(node, opset=max(node.opset, 15)))
+        self.act = Activation.parse(self)
+        if self.training or any(node.outputs[1:]):
+            raise self.fail(
+                "FusedBatchNormalization is inference only: training_mode=0, one output"
+            )
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        plan: _BatchPlan = ctx.prepared
+        epilogue = plan_epilogue(self, ctx, self.act, bias=False)
+        fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+        ctx.prepared = FusedBatchPlan(**fields, epilogue=epilogue)
+
+    def calls(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> list[Callable[[], Any]]:
+        p: FusedBatchPlan = ctx.prepared
+        return super().calls(ctx, inputs, outputs) + epilogue_calls(ctx, p.epilogue, outputs[0])

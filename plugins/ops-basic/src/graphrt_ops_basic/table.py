@@ -159,6 +159,7 @@ OPERATORS += [
     OpDef("FusedConv", fused.FusedConv, domain=GRAPHRT),
     OpDef("FusedGemm", fused.FusedGemm, domain=GRAPHRT),
     OpDef("FusedMatMul", fused.FusedMatMul, domain=GRAPHRT),
+    OpDef("FusedBatchNormalization", fused.FusedBatchNormalization, domain=GRAPHRT),
     # LayerNormalization for models of opsets before 17 (norm.py)
     OpDef("LayerNormalization", norm.LayerNormalization, domain=GRAPHRT),
 ]

@@ -14,6 +14,7 @@ from graphrt.plugin import GraphPass
 def fusion_passes() -> list[GraphPass]:
     from .attention import FuseAttention
     from .attention_heads import FuseAttentionHeads
+    from .bn_relu import FuseBatchNormActivation
     from .dropout import EliminateInferenceDropout
     from .gelu import FuseGelu
     from .layernorm import FuseLayerNorm
@@ -22,6 +23,7 @@ def fusion_passes() -> list[GraphPass]:
 
     return [
         EliminateInferenceDropout(),
+        FuseBatchNormActivation(),
         FuseLayerNorm(),
         FuseGelu(),
         FuseProductActivation(),
