@@ -10,7 +10,7 @@ from onnx import helper
 
 import graphrt
 from graphrt.explain import runs_on
-from tests._models import init, make_model, tensor
+from tests._models import init, make_model, ort_session, tensor
 from tests.simd._simd import ALL_PATHS, bits, on_every_isa, path_or_skip, simd
 
 F32 = np.float32
@@ -178,3 +178,134 @@ def test_thin_groups_and_residuals_stay_on_numpy():
     x = rng.standard_normal((1, 8, 9, 9)).astype(F32)
     (step,) = [s for s in sess.plan_for([x]).steps if s.node.info.op_type == "Conv"]
     assert runs_on(step) == "numpy"
+
+
+# ---- channels in the lanes (small maps) ------------------------------------------------------
+# Below two vectors of output columns (or with a column stride) the kernel stages a block of
+# channels channels-last and puts them across the lanes; its call says which layout runs.
+
+FAST_PATHS = ("avx2", "avx512")
+
+
+def _conv_model(shape, kernel, strides, dilations, pads, relu, bias, seed):
+    """One depthwise Conv (pads: begin_h, begin_w, end_h, end_w), optionally then a Relu."""
+    c = shape[1]
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((c, 1, *kernel)).astype(F32)
+    b = rng.standard_normal(c).astype(F32) if bias else None
+    conv = helper.make_node(
+        "Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c" if relu else "y"], group=c,
+        kernel_shape=list(kernel), strides=list(strides), dilations=list(dilations),
+        pads=list(pads),
+    )  # fmt: skip
+    nodes = [conv] + ([helper.make_node("Relu", ["c"], ["y"])] if relu else [])
+    inits = [init("w", w)] + ([init("b", b)] if bias else [])
+    model = make_model(nodes, [tensor("x", shape=list(shape))], [tensor("y")], inits)
+    return model, w, b
+
+
+# (x shape, kernel, strides, dilations, pads begin h/w + end h/w, relu, bias)
+SMALL_MAPS = [
+    ((1, 272, 14, 14), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False, True),
+    ((1, 37, 14, 14), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True, True),
+    ((2, 21, 7, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True, False),
+    ((2, 13, 7, 7), (3, 3), (2, 2), (1, 1), (0, 1, 2, 1), True, True),
+    ((1, 5, 5, 3), (3, 2), (1, 2), (2, 1), (2, 0, 1, 3), False, True),
+    ((2, 19, 14, 14), (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), True, True),
+    ((1, 44, 28, 28), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False, True),
+    ((1, 3, 9, 11), (5, 3), (2, 1), (1, 2), (3, 0, 0, 2), True, False),
+]
+
+
+@pytest.mark.parametrize("isa", FAST_PATHS)
+@pytest.mark.parametrize("case", SMALL_MAPS, ids=lambda c: "x".join(map(str, c[0])))
+def test_lanes_kernel_matches_onnxruntime(isa, case):
+    path_or_skip(isa)
+    shape, kernel, strides, dilations, pads, relu, bias = case
+    model, w, b = _conv_model(shape, kernel, strides, dilations, pads, relu, bias, shape[1])
+    x = np.random.default_rng(7).standard_normal(shape).astype(F32)
+    x[0, min(2, shape[1] - 1), 1, 1] = np.nan  # NaN stays NaN through the bias and the Relu
+    (want,) = ort_session(model).run(None, {"x": x})
+    results = []
+    for threads in (1, 2, 3):
+        y = np.full(want.shape, 7.0, F32)
+        act = "relu" if relu else "none"
+        call = simd.DepthwiseCall(x, w, b, y, strides, dilations, pads[:2], act, isa, threads)
+        assert call.kernel == "lanes"
+        call()
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        results.append(bits(y))
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+
+
+@pytest.mark.parametrize("isa", FAST_PATHS)
+def test_lanes_kernel_is_picked_by_shape(isa):
+    """Narrow rows or a column stride: the lanes; wide unit-stride rows: one plane per vector."""
+    path_or_skip(isa)
+    lanes = 16 if isa == "avx512" else 8
+
+    def kernel(size, stride):
+        x = np.zeros((1, 4, size, size), F32)
+        w = np.zeros((4, 1, 3, 3), F32)
+        out = (size - 1) // stride + 1
+        y = np.empty((1, 4, out, out), F32)
+        return simd.DepthwiseCall(x, w, None, y, (stride, stride), (1, 1), (1, 1), "none", isa)
+
+    assert kernel(2 * lanes - 1, 1).kernel == "lanes"
+    assert kernel(2 * lanes, 1).kernel == "planes"
+    assert kernel(56, 2).kernel == "lanes"
+    assert kernel(112, 1).kernel == "planes"
+    assert kernel(400, 2).kernel == "planes"  # the channels-last block would outgrow the cache
+    scalar = simd.DepthwiseCall(
+        np.zeros((1, 4, 7, 7), F32), np.zeros((4, 1, 3, 3), F32), None,
+        np.empty((1, 4, 7, 7), F32), (1, 1), (1, 1), (1, 1), "none", "scalar",
+    )  # fmt: skip
+    assert scalar.kernel == "planes"
+
+
+def test_lanes_and_planes_give_the_same_bits():
+    """A 20-wide unit-stride map runs on one plane per vector on avx2, in the lanes on avx512:
+    the same sum order (bias, then the taps' fused multiply-adds), so the same bits."""
+    for isa in FAST_PATHS:
+        path_or_skip(isa)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 29, 20, 20)).astype(F32)
+    x[1, 28, 0, 0] = np.inf
+    w = rng.standard_normal((29, 1, 3, 3)).astype(F32)
+    bias = rng.standard_normal(29).astype(F32)
+    got = {}
+    for isa in FAST_PATHS:
+        y = np.empty((2, 29, 20, 20), F32)
+        call = simd.DepthwiseCall(x, w, bias, y, (1, 1), (1, 1), (1, 1), "relu", isa, 2)
+        call()
+        got[call.kernel] = bits(y)
+    assert set(got) == {"lanes", "planes"}
+    assert np.array_equal(got["lanes"], got["planes"])
+
+
+@pytest.mark.parametrize("path", FAST_PATHS)
+def test_small_map_sessions_run_the_lanes_kernel(path, monkeypatch):
+    path_or_skip(path)
+    from graphrt_ops_simd import conv as simd_conv
+
+    made = []
+    real = simd_conv._native.DepthwiseCall
+
+    def recording(*args, **kwargs):
+        call = real(*args, **kwargs)
+        made.append(call.kernel)
+        return call
+
+    monkeypatch.setattr(simd_conv._native, "DepthwiseCall", recording)
+    shape = (2, 40, 7, 7)
+    model, *_ = _conv_model(shape, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True, True, 3)
+    x = np.random.default_rng(2).standard_normal(shape).astype(F32)
+    (want,) = ort_session(model).run(None, {"x": x})
+    results = []
+    for threads in (1, 2):
+        sess = graphrt.Session(model, kernel_path=path, intra_op_threads=threads)
+        (got,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        results.append(bits(got))
+    assert np.array_equal(results[0], results[1])
+    assert made and set(made) == {"lanes"}

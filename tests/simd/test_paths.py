@@ -63,6 +63,7 @@ def test_plugin_provides_the_three_paths_ranked():
             "Erf",
             "Gelu",
             "MaxPool",
+            "AveragePool",
             "Concat",
             "NonMaxSuppression",
             "RNN",
@@ -70,13 +71,17 @@ def test_plugin_provides_the_three_paths_ranked():
             "LSTM",
             "Attention",
             "LayerNormalization",
+            "BatchNormalization",
             "MatMulInteger",
             "QLinearMatMul",
             "DynamicQuantizeLinear",
             "ConvInteger",
             "QLinearConv",
         }
-        ours = ("FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization")
+        ours = (
+            "FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization",
+            "FusedBatchNormalization",
+        )  # fmt: skip
         fused = {("com.graphrt", op) for op in ours}
         assert set(p.kernels) == {("", op) for op in ops} | fused
     assert graphrt.Session(mlp(), kernel_path="auto").kernel_path == ISAS[-1]  # the best

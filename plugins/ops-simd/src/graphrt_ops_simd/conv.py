@@ -80,13 +80,19 @@ DEPTHWISE_MAX_WORK = 1 << 22
 
 def depthwise_work_floats(w: Any, kernel: Sequence[int]) -> int:
     """Floats of the native depthwise kernel's per-thread buffer (src/native/dwconv_driver.inc):
-    the staged rows, each split into stride phases of whole vectors plus one of slack."""
+    the staged rows, each split into stride phases of whole vectors plus one of slack; or, when
+    the shape may put channels in the lanes (small maps, column strides), the block staged
+    channels-last with its weights and outputs, if larger."""
     (sh, sw), (dh, dw), (oh, ow) = w.strides, w.dilations, w.out
     rows = (oh - 1) * sh + (kernel[0] - 1) * dh + 1
     span = (ow - 1) * sw + (kernel[1] - 1) * dw + 1
     phase_floats = -(-span // sw)
     phase = -(-phase_floats // _WIDEST) * _WIDEST + _WIDEST
-    return rows * sw * phase + _WIDEST + 2 * kernel[0] * kernel[1]
+    planes = rows * sw * phase + _WIDEST + 2 * kernel[0] * kernel[1]
+    if (sw < 2 and ow >= 2 * _WIDEST) or rows * span * 8 > 1 << 19:
+        return planes
+    pixels = -(-oh * ow // 8) * 8
+    return max(planes, (rows * span + kernel[0] * kernel[1] + pixels) * _WIDEST)
 
 
 class Conv(NativeKernel):

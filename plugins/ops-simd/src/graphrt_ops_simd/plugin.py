@@ -1,11 +1,12 @@
 """The hook implementations graphrt finds through this package's entry point.
 
-Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool, Concat,
-Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
-LayerNormalization, the fused products (FusedConv, FusedMatMul, FusedGemm) and the int8
-products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py) and
-convolutions (ConvInteger, QLinearConv: qconv.py); the session picks the best available one
-("auto") or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
+Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool,
+AveragePool, Concat, Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
+LayerNormalization, BatchNormalization (and FusedBatchNormalization), the fused products
+(FusedConv, FusedMatMul, FusedGemm) and the int8 products (MatMulInteger, QLinearMatMul,
+with DynamicQuantizeLinear: qproduct.py) and convolutions (ConvInteger, QLinearConv:
+qconv.py); the session picks the best available one ("auto") or the one forced by
+``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from .layernorm import LayerNormalization
 attention, conv, copies, fused, pool, recurrent, suppression = kernel_modules(
     __package__, "attention conv copies fused pool recurrent suppression"
 )
+(batchnorm,) = kernel_modules(__package__, "batchnorm")  # BatchNormalization (+ Relu)
 Attention = attention.Attention
 Conv, FusedConv = conv.Conv, conv.FusedConv
 Concat = copies.Concat
 FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
-MaxPool = pool.MaxPool
+MaxPool, AveragePool = pool.MaxPool, pool.AveragePool
 (qproduct,) = kernel_modules(__package__, "qproduct")  # int8 products: MatMulInteger, ...
 (qconv,) = kernel_modules(__package__, "qconv")  # int8 convolutions: ConvInteger, ...
 Recurrent = recurrent.Recurrent
@@ -72,6 +74,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("com.graphrt", "FusedGemm"): _factory(FusedGemm, isa),
                 ("", "Gelu"): _factory(Gelu, isa),
                 ("", "MaxPool"): _factory(MaxPool, isa),
+                ("", "AveragePool"): _factory(AveragePool, isa),
                 ("", "Concat"): _factory(Concat, isa),
                 ("", "NonMaxSuppression"): _factory(NonMaxSuppression, isa),
                 **{("", op): _factory(Recurrent, isa) for op in ("RNN", "GRU", "LSTM")},
@@ -79,6 +82,10 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "Attention"): _factory(Attention, isa),
                 ("com.graphrt", "Attention"): _factory(Attention, isa),
                 ("", "LayerNormalization"): _factory(LayerNormalization, isa),
+                ("", "BatchNormalization"): _factory(batchnorm.BatchNormalization, isa),
+                ("com.graphrt", "FusedBatchNormalization"): _factory(
+                    batchnorm.BatchNormalization, isa
+                ),
                 ("com.graphrt", "LayerNormalization"): _factory(LayerNormalization, isa),
                 **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
             },

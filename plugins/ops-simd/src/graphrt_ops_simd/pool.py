@@ -1,4 +1,4 @@
-"""MaxPool on the native kernel, falling back to the table's numpy kernel.
+"""MaxPool and AveragePool on the native kernels, falling back to the table's numpy kernels.
 
 ops-basic reduces a window axis by axis with numpy calls over strided views, a few calls per
 output row of taps; the native kernel does the same separable reduction in one pass per output
@@ -6,6 +6,14 @@ row, vectorised (bench/bench_interleaved.py: MaxPool was a tenth of light_squeez
 Fast mode, float32, 2-D windows, without the Indices output.  A maximum is exact in any order
 and a NaN in a window gives NaN, so the values are ops-basic's (which of -0 and +0 a tie keeps
 aside), however the planes are split over the plugin's threads.
+
+AveragePool (fast mode only; exact mode's tap-by-tap order stays ops-basic's) sums each window
+separably, column sums into zero-padded rows then the window sums along them, and multiplies
+each by the reciprocal of its output's count (count_include_pad 0 or 1, made once per bound
+call): float32, 4-D, any window geometry (src/native/pool_driver.inc; ops-basic's numpy passes
+took 180 us a pool of light_inception_v2, the native kernel about 45).  Each plane is one
+thread's, summed in one order fixed by the geometry (the same on every ISA), so the bits do
+not depend on the thread count; they may differ from ops-basic's in the last place or two.
 """
 
 from __future__ import annotations
@@ -94,6 +102,87 @@ class MaxPool(NativeKernel):
         return _native.MaxPoolCall(x, y, *window, 0, -1, threads)  # arguments checked once
 
 
+@dataclasses.dataclass(frozen=True)
+class _AvgPlan:
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]  # h begin, w begin, h end, w end (the declared or computed pads)
+    include_pad: bool
+    split: bool  # planes spread over the plugin's threads (large enough to pay)
+    work_bytes: int = 0  # one thread's native work buffer, outside the slab
+    divisor_bytes: int = 0  # the bound call's per-output counts, outside the slab
+
+
+class AveragePool(NativeKernel):
+    plan_type = _AvgPlan
+
+    def infer(self, ctx: InferContext) -> None:
+        trial = trial_infer(self.base, ctx)
+        plan = trial.prepared
+        dtype, out_shape = trial.output_types()[0]
+        if (
+            ctx.exact
+            or self.isa not in FAST_ISAS
+            or dtype != F32
+            or len(out_shape) != 4
+            or not isinstance(plan, basic_pool._Plan)
+            or plan.divisor is None
+        ):
+            return self.fallback(ctx)
+        w = plan.w
+        # an empty output (a batch of 0): the native call writes nothing and allocates nothing
+        work, divisor = (
+            avg_work_floats(w, ctx.shape(0), out_shape) if math.prod(out_shape) else (0, 0)
+        )
+        if work > MAX_WORK_FLOATS:
+            return self.fallback(ctx)  # ops-basic's separable numpy passes need no such buffer
+        ctx.set_output(0, dtype, out_shape)
+        reads = math.prod(out_shape) * math.prod(w.kernel)
+        ctx.prepared = _AvgPlan(
+            tuple(w.kernel), tuple(w.strides), tuple(w.dilations), (*w.begin, *w.end),
+            bool(plan.divisor.include_pad), reads >= PARALLEL_READS, work * F32.itemsize,
+            divisor * F32.itemsize,
+        )  # fmt: skip
+
+    def bind_native(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        p: _AvgPlan = ctx.prepared
+        x, y = inputs[0], outputs[0]
+        if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
+            return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
+        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
+        ctx.reserve(
+            p.work_bytes * threads + p.divisor_bytes,
+            "the native work buffer (one per thread) and the divisor",
+        )
+        window = (p.kernel, p.strides, p.dilations, p.pads, p.include_pad, self.isa)
+        return _native.AvgPoolCall(x, y, *window, 0, -1, threads)  # arguments checked once
+
+
+def avg_work_floats(w: Any, x_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, int]:
+    """Floats of the native AveragePool's work buffer (2 to 32 planes' padded rows of column sums)
+    and of its divisor, as src/native/module.cpp's AvgPoolCall sizes them (or more than any
+    bound where it would refuse the padded height)."""
+    oh, ow = out_shape[2], out_shape[3]
+    if not oh or not ow:
+        return 0, 0
+    extents, steps = [], []
+    for a, o in enumerate((oh, ow)):
+        s = w.strides[a] if o > 1 else 1  # the native call's normalisation
+        d = w.dilations[a] if w.kernel[a] > 1 else 1
+        extents.append(max(w.begin[a] + x_shape[2 + a], (o - 1) * s + (w.kernel[a] - 1) * d + 1))
+        steps.append((s, d))
+    if extents[0] > 2**40:
+        return 2**63, 0
+    sw, dw = steps[1]
+    wp = -(-extents[1] // sw) * sw
+    slack = 64 + (w.kernel[1] - 1) * dw
+    run = oh * wp + slack  # one plane's column sums; ring: kernels.h's avgpool_ring
+    return min(32, max(2, 4096 // run)) * run, oh * (wp // sw) + slack
+
+
 def work_floats(w: Any, x_shape: Sequence[int], out_shape: Sequence[int]) -> int:
     """Floats of the native kernel's work buffer: oh + 1 rows padded to the widest read (or
     more than any bound where a padded extent would overflow the kernel's int64 offsets)."""
@@ -110,6 +199,6 @@ def work_floats(w: Any, x_shape: Sequence[int], out_shape: Sequence[int]) -> int
 
 
 def _contiguous_x(
-    kernel: MaxPool, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    kernel: NativeKernel, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
 ) -> None:
     kernel.bind_native(ctx, [np.ascontiguousarray(inputs[0])], outputs)()

@@ -75,6 +75,31 @@ struct LanesTiling {
 constexpr int64_t CONV_KC = 256;
 constexpr int64_t CONV_NCB = 256;
 
+// AveragePool's layout (pool_driver.inc's avgpool2d; AvgPoolCall in module.cpp fills it): rows
+// of column sums of wp floats (wp >= the columns the windows read and pw + w, a multiple of the
+// column stride); divisor holds oh rows of pq = wp / sw reciprocal counts (ones past ow and for
+// slack floats after); slack floats follow each buffer (whole vectors past a row's end).
+struct AvgPoolGeometry {
+    int64_t wp, pq, slack;
+    int64_t ring;  // planes whose column sums are taken before their window sums
+    const float* divisor;
+    // per output row oy, the kernel rows inside x: [rows[2 * oy], rows[2 * oy + 1]) (made
+    // once, when the call is bound, not per plane)
+    const int64_t* rows;
+};
+
+// avgpool2d's ring: about 4096 floats of column sums (2 to 32 planes' buffers).
+inline int64_t avgpool_ring(int64_t run) {
+    const int64_t ring = 4096 / run;
+    return ring < 2 ? 2 : ring > 32 ? 32 : ring;
+}
+
+// Floats of avgpool2d's work buffer: g.ring buffers of oh rows of column sums, g.slack after
+// each.
+inline int64_t avgpool_work_floats(const ConvShape& s, const AvgPoolGeometry& g) {
+    return g.ring * (s.oh * g.wp + g.slack);
+}
+
 struct IsaKernels {
     const char* name;
     int nr;  // columns per packed panel of B
@@ -131,6 +156,11 @@ struct IsaKernels {
     void (*maxpool2d)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                       std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
                       std::ptrdiff_t y_cs, float* work);
+    // AveragePool of planes [p0, p1) (x and y as maxpool2d's; g: the layout, sums scaled by
+    // g.divisor's reciprocal counts); work holds avgpool_work_floats(s, g) floats.
+    void (*avgpool2d)(const ConvShape& s, const AvgPoolGeometry& g, const float* x,
+                      std::ptrdiff_t x_cs, std::ptrdiff_t x_rs, int64_t p0, int64_t p1,
+                      float* y, std::ptrdiff_t y_cs, float* work);
     // NonMaxSuppression (nms.cpp): whether one of `count` selected boxes has an IoU above
     // threshold with `box` (x_min, y_min, x_max, y_max, area); sel[0..4] hold those five
     // values of the selected boxes, padded with NaN up to a multiple of NMS_CHUNK.
@@ -146,6 +176,9 @@ struct IsaKernels {
                         std::ptrdiff_t x_cs, std::ptrdiff_t x_rs, int64_t p0, int64_t p1,
                         const float* w, const float* bias, int act, float* y,
                         std::ptrdiff_t y_cs, float* work);
+    // Whether depthwise2d puts a block of channels in the lanes for this shape (small maps)
+    // rather than one plane's outputs (the same bits either way).
+    bool (*depthwise_lanes)(const ConvShape& s);
 };
 
 // Selected boxes per step of nms_suppressed (its arrays are padded to a multiple of it).

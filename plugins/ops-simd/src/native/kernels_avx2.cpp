@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "kernels.h"
+#include "affine.h"
 #include "fast.h"
 #include "rnn.h"
 #include "vec_x86.h"
@@ -53,6 +54,17 @@ struct PoolLanes {
         const __m256 halves = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
         return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(halves), 0xD8));
     }
+    // AveragePool's partial vectors: lanes [0, n) of p, n < 8 (masked lanes are never touched)
+    static inline __m256i first(int64_t n) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    static inline __m256 load_n(const float* p, int64_t n) {
+        return _mm256_maskload_ps(p, first(n));
+    }
+    static inline void store_n(float* p, __m256 v, int64_t n) {
+        _mm256_maskstore_ps(p, first(n), v);
+    }
 };
 
 #include "gemm_driver.inc"
@@ -62,11 +74,13 @@ struct PoolLanes {
 #include "fast_math.inc"
 #include "gemm_rows.inc"
 #include "attention_driver.inc"
+#include "affine_driver.inc"
 
 }  // namespace avx2
 
 const IsaKernels avx2_kernels = avx2::make_table("avx2");
 const RnnKernels avx2_rnn = avx2::make_rnn_table("avx2");
 const FastKernels avx2_fast = avx2::make_fast_table("avx2");
+const AffineKernels avx2_affine = avx2::make_affine_table("avx2");
 
 }  // namespace graphrt_simd

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "kernels.h"
+#include "affine.h"
 #include "fast.h"
 #include "rnn.h"
 #include "vec_x86.h"
@@ -60,6 +61,13 @@ struct PoolLanes {
                                               29, 31);
         return _mm512_permutex2var_ps(a, idx, b);
     }
+    // AveragePool's partial vectors: lanes [0, n) of p, n < 16 (masked lanes are never touched)
+    static inline __m512 load_n(const float* p, int64_t n) {
+        return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+    }
+    static inline void store_n(float* p, __m512 v, int64_t n) {
+        _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+    }
 };
 
 #include "gemm_driver.inc"
@@ -69,11 +77,13 @@ struct PoolLanes {
 #include "fast_math.inc"
 #include "gemm_rows.inc"
 #include "attention_driver.inc"
+#include "affine_driver.inc"
 
 }  // namespace avx512
 
 const IsaKernels avx512_kernels = avx512::make_table("avx512");
 const RnnKernels avx512_rnn = avx512::make_rnn_table("avx512");
 const FastKernels avx512_fast = avx512::make_fast_table("avx512");
+const AffineKernels avx512_affine = avx512::make_affine_table("avx512");
 
 }  // namespace graphrt_simd

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "affine.h"
 #include "fast.h"
 #include "rnn.h"
 
@@ -125,6 +126,15 @@ struct U {
 struct PoolLanes {
     static inline UF even(UF a, UF b) { return UF{a[0], a[2], b[0], b[2]}; }
     static inline UF odd(UF a, UF b) { return UF{a[1], a[3], b[1], b[3]}; }
+    // AveragePool's partial vectors: lanes [0, n) of p, n < 4 (the others zero, untouched)
+    static inline UF load_n(const float* p, int64_t n) {
+        UF r = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t i = 0; i < n; ++i) r[i] = p[i];
+        return r;
+    }
+    static inline void store_n(float* p, UF v, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) p[i] = v[i];
+    }
 };
 
 #include "unary_driver.inc"
@@ -135,11 +145,13 @@ struct PoolLanes {
 #include "fast_math.inc"
 #include "gemm_rows.inc"
 #include "attention_driver.inc"
+#include "affine_driver.inc"
 
 }  // namespace scalar
 
 const IsaKernels scalar_kernels = scalar::make_table("scalar");
 const RnnKernels scalar_rnn = scalar::make_rnn_table("scalar");
 const FastKernels scalar_fast = scalar::make_fast_table("scalar");
+const AffineKernels scalar_affine = scalar::make_affine_table("scalar");
 
 }  // namespace graphrt_simd

@@ -568,6 +568,171 @@ private:
     bool small_ = false;
 };
 
+// ---- AveragePool -----------------------------------------------------------------------------
+
+// How many of an axis's k taps at o * s + t * d (padded coordinates) lie in [lo, hi), per output
+// o < n, in closed form (ops-basic's _axis_counts): t from ceil((lo - start) / d) up to
+// ceil((hi - start) / d), clipped to [0, k].  Every value is inside the checked padded extent.
+std::vector<int64_t> axis_counts(int64_t n, int64_t k, int64_t s, int64_t d, int64_t lo,
+                                 int64_t hi) {
+    auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    for (int64_t o = 0; o < n; ++o) {
+        const int64_t start = o * s;
+        const int64_t first = std::max<int64_t>(ceil_div(lo - start, d), 0);
+        const int64_t stop = std::min<int64_t>(ceil_div(hi - start, d), k);
+        counts[static_cast<size_t>(o)] = std::max<int64_t>(stop - first, 0);
+    }
+    return counts;
+}
+
+// y = AveragePool(x) for planes [plane_begin, plane_end) of the N*C planes (fast mode); pads =
+// the pads before and after each axis (ONNX order: h begin, w begin, h end, w end), y's
+// extents fix the windows.  Each output is its window's sum over x times the reciprocal of the
+// elements inside x (count_include_pad 0) or inside x and its declared pads (1), never fewer
+// than one.
+// Checked once, when made: the layout, the divisor (one per plan) and the work size.
+class AvgPoolCall {
+public:
+    AvgPoolCall(InArray x, OutArray y, const std::vector<int64_t>& kernel,
+                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                const std::vector<int64_t>& pads, bool count_include_pad, const std::string& isa,
+                int64_t plane_begin, int64_t plane_end, int threads)
+        : x_(x), y_(y), kern_(&kernels_for(isa)) {
+        check_matrix(x, "x", 4);
+        check_matrix(y, "y", 4);
+        const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
+            {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
+        for (const auto& [v, what] : checks) {
+            const bool is_pads = v == &pads;
+            const size_t size = is_pads ? 4 : 2;
+            const int64_t least = is_pads ? 0 : 1;
+            bool ok = v->size() == size;
+            for (size_t i = 0; ok && i < size; ++i) ok = (*v)[i] >= least;
+            if (!ok)
+                throw nb::value_error((std::string(what) + " must be " + std::to_string(size) +
+                                       " integers >= " + std::to_string(least) + ", got " +
+                                       dims(*v))
+                                          .c_str());
+        }
+        const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
+        if (ys[0] != xs[0] || ys[1] != xs[1])
+            throw nb::value_error(
+                ("y " + dims(ys) + " must have the images and channels of x " + dims(xs)).c_str());
+        const int64_t planes = mul(xs[0], xs[1], "the planes");
+        if (plane_end == -1) plane_end = planes;
+        if (plane_begin < 0 || plane_begin > plane_end || plane_end > planes)
+            throw nb::value_error(("plane range [" + std::to_string(plane_begin) + ", " +
+                                   std::to_string(plane_end) + ") is not inside [0, " +
+                                   std::to_string(planes) + ")")
+                                      .c_str());
+        check_flat(y, "y");
+        if (xs[3] > 1 && x.stride(3) != 1) throw nb::value_error("x must have unit column stride");
+        if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
+            throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
+        check_no_overlap(y, x, "x");
+        // a stride with one output or a dilation with one tap changes no window: taken as 1
+        const int64_t oh = ys[2], ow = ys[3];
+        s_ = ConvShape{0, xs[2], xs[3], kernel[0], kernel[1], oh > 1 ? strides[0] : 1,
+                       ow > 1 ? strides[1] : 1, kernel[0] > 1 ? dilations[0] : 1,
+                       kernel[1] > 1 ? dilations[1] : 1, pads[0], pads[1], oh, ow};
+        threads_ = clamp_threads(threads);
+        begin_ = plane_begin;
+        end_ = plane_end;
+        y_cs_ = oh * ow;
+        if (plane_end == plane_begin || oh == 0 || ow == 0) {  // nothing to write
+            end_ = begin_;
+            return;
+        }
+        const char* what = "the AveragePool work buffer";
+        // the padded height only bounds the divisor's arithmetic (2^40: far past any image)
+        const int64_t hp = bounded(padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, oh),
+                                   int64_t(1) << 40, "the padded height");
+        const int64_t wide = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, ow);
+        const int64_t wp = mul(add(wide, s_.sw - 1, what) / s_.sw, s_.sw, what);
+        x_rs_ = x.stride(2);
+        g_.wp = wp;
+        g_.pq = wp / s_.sw;
+        g_.slack = add(64, mul(s_.kw - 1, s_.dw, what), what);
+        // avgpool_work_floats(s_, g_), every step checked (wp <= 2^26 past this point)
+        const int64_t run = add(mul(oh, wp, what), g_.slack, what);
+        g_.ring = avgpool_ring(run);
+        work_floats_ = bounded(mul(g_.ring, run, what), MAX_POOL_WORK, what);
+        // the divisor: both axes' counts (closed form) multiplied, laid out as the flat runs;
+        // the bounds clamped to the padded extent first (no tap lies past it: no count changes)
+        auto bounds = [&](int64_t axis, int64_t extent) {
+            const int64_t b = std::min(pads[axis], extent), n = std::min(xs[2 + axis], extent);
+            const int64_t e = std::min(pads[2 + axis], extent);
+            return count_include_pad ? std::make_pair(int64_t(0), std::min(b + n + e, extent))
+                                     : std::make_pair(b, std::min(b + n, extent));
+        };
+        const auto [h_lo, h_hi] = bounds(0, hp);
+        const auto [w_lo, w_hi] = bounds(1, wide);
+        const std::vector<int64_t> ch = axis_counts(oh, s_.kh, s_.sh, s_.dh, h_lo, h_hi);
+        const std::vector<int64_t> cw = axis_counts(ow, s_.kw, s_.sw, s_.dw, w_lo, w_hi);
+        divisor_.assign(static_cast<size_t>(oh * g_.pq + g_.slack), 1.0f);
+        for (int64_t oy = 0; oy < oh; ++oy) {
+            for (int64_t ox = 0; ox < ow; ++ox) {
+                const double count = double(ch[size_t(oy)]) * double(cw[size_t(ox)]);
+                // the reciprocal, rounded once: sums are scaled by it (pool_driver.inc)
+                divisor_[size_t(oy * g_.pq + ox)] = count < 1.0 ? 1.0f : float(1.0 / count);
+            }
+        }
+#if defined(GRAPHRT_SIMD_X86)
+        // rows narrower than 16 floats: avx2's 8 lanes waste fewer lanes than avx512's (every
+        // lane does the same arithmetic on every ISA, so the bits are the same; 1024 7 x 7
+        // planes: 30 us against 41 us)
+        if (kern_ == &avx512_kernels && s_.w < 16 && ow < 16 && cpu_has_avx2())
+            kern_ = &avx2_kernels;
+#endif
+        // per output row, the kernel rows inside x: ty in [t0, t1), iy = oy * sh - ph + ty * dh
+        rows_.resize(static_cast<size_t>(2 * oh));
+        for (int64_t oy = 0; oy < oh; ++oy) {
+            const int64_t top = oy * s_.sh - s_.ph;
+            const int64_t t0 = top >= 0 ? 0 : (-top + s_.dh - 1) / s_.dh;
+            const int64_t below = s_.h > top ? (s_.h - top + s_.dh - 1) / s_.dh : 0;
+            rows_[size_t(2 * oy)] = t0;
+            rows_[size_t(2 * oy + 1)] = std::max(std::min(below, s_.kh), t0);
+        }
+        x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
+        const int64_t outs = (end_ - begin_) * oh * ow;  // y's size at most: no overflow
+        small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 15);
+    }
+
+    void operator()() const {
+        if (end_ == begin_) return;
+        run_releasing_gil(small_, [this] {
+            const float* px = static_cast<const float*>(x_.data());
+            float* py = static_cast<float*>(y_.data());
+            AvgPoolGeometry g = g_;
+            g.divisor = divisor_.data();
+            g.rows = rows_.data();
+            // planes are independent and each is one thread's, in one order: the same bits
+            // for any split and thread count
+            run_plane_blocks(begin_, end_ - begin_, threads_, work_floats_,
+                             [&](int64_t lo, int64_t hi, float* work) {
+                                 kern_->avgpool2d(s_, g, px, x_cs_, x_rs_, lo, hi, py, y_cs_,
+                                                  work);
+                             });
+        });
+    }
+
+    int64_t work_floats() const { return work_floats_; }
+
+private:
+    InArray x_;  // held: the kernel reads and writes through their pointers
+    OutArray y_;
+    const IsaKernels* kern_;
+    ConvShape s_{};
+    AvgPoolGeometry g_{};
+    std::vector<float> divisor_;
+    std::vector<int64_t> rows_;
+    int threads_ = 1;
+    int64_t begin_ = 0, end_ = 0, work_floats_ = 0;
+    std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
+    bool small_ = false;
+};
+
 // ---- depthwise convolution -------------------------------------------------------------------
 
 // y = act(depthwise(x, w) + bias), float32 NCHW, group = channels (w: C x 1 x kh x kw, C-
@@ -636,11 +801,18 @@ public:
         const int64_t len = add(span / s_.sw, 64, what);  // >= the driver's phase_len
         bounded(mul(mul(rows, s_.sw, what), len, what), MAX_POOL_WORK, what);
         work_floats_ = kern_->depthwise_work(s_);
+        // channels in the lanes: threads take whole chunks of 16 channels of one image
+        lanes_ = kern_->depthwise_lanes(s_);
+        per_image_ = lanes_ ? (channels_ + 15) / 16 : channels_;
         x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         x_rs_ = x.stride(2);
         const int64_t outs = planes_ * s_.oh * s_.ow;  // y's size: no overflow
         small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 13);
     }
+
+    // Which of the kernel's two layouts runs: "lanes" (a block of channels per vector, small
+    // maps) or "planes" (one plane's outputs per vector).
+    const char* kernel() const { return lanes_ ? "lanes" : "planes"; }
 
     void operator()() const {
         if (planes_ == 0) return;
@@ -650,10 +822,12 @@ public:
             const float* pb = bias_ ? static_cast<const float*>(bias_->data()) : nullptr;
             float* py = static_cast<float*>(y_.data());
             // each output's sum has one order: any split of the planes, the same bits
-            run_plane_blocks(0, planes_, threads_, work_floats_,
+            const int64_t per = per_image_, step = lanes_ ? 16 : 1;
+            auto plane = [&](int64_t u) { return u / per * channels_ + u % per * step; };
+            run_plane_blocks(0, planes_ / channels_ * per, threads_, work_floats_,
                              [&](int64_t lo, int64_t hi, float* work) {
-                                 kern_->depthwise2d(s_, channels_, px, x_cs_, x_rs_, lo, hi, pw,
-                                                    pb, act_, py, y_cs_, work);
+                                 kern_->depthwise2d(s_, channels_, px, x_cs_, x_rs_, plane(lo),
+                                                    plane(hi), pw, pb, act_, py, y_cs_, work);
                              });
         });
     }
@@ -665,9 +839,9 @@ private:
     const IsaKernels* kern_;
     ConvShape s_{};
     int threads_ = 1, act_ = ACT_NONE;
-    int64_t channels_ = 0, planes_ = 0, work_floats_ = 0;
+    int64_t channels_ = 0, planes_ = 0, work_floats_ = 0, per_image_ = 1;
     std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
-    bool small_ = false;
+    bool small_ = false, lanes_ = false;
 };
 
 void maxpool2d(const InArray& x, OutArray y, const std::vector<int64_t>& kernel,
@@ -788,6 +962,8 @@ void bind_rnn(nb::module_& m);
 void bind_attention(nb::module_& m);
 // The int8 GEMM (qgemm.cpp).
 void bind_qgemm(nb::module_& m);
+// The per-channel affine of inference BatchNormalization (affine.cpp).
+void bind_affine(nb::module_& m);
 }  // namespace graphrt_simd
 
 NB_MODULE(_native, m) {
@@ -842,6 +1018,7 @@ NB_MODULE(_native, m) {
     bind_rnn(m);
     bind_attention(m);
     bind_qgemm(m);
+    bind_affine(m);
     nb::class_<MaxPoolCall>(m, "MaxPoolCall",
                             "maxpool2d's arguments checked once; calling it runs maxpool2d.")
         .def(nb::init<InArray, OutArray, const std::vector<int64_t>&,
@@ -851,6 +1028,19 @@ NB_MODULE(_native, m) {
              nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"), nb::arg("plane_begin") = 0,
              nb::arg("plane_end") = -1, nb::arg("threads") = 1)
         .def("__call__", &MaxPoolCall::operator());
+    nb::class_<AvgPoolCall>(m, "AvgPoolCall",
+                            "A fast-mode AveragePool's arguments checked once (pads: h, w "
+                            "begin then end); calling it writes y.")
+        .def(nb::init<InArray, OutArray, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, bool, const std::string&, int64_t, int64_t,
+                      int>(),
+             nb::arg("x"), nb::arg("y"), nb::arg("kernel"), nb::arg("strides"),
+             nb::arg("dilations"), nb::arg("pads"), nb::arg("count_include_pad"),
+             nb::arg("isa"), nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1,
+             nb::arg("threads") = 1)
+        .def_prop_ro("work_floats", &AvgPoolCall::work_floats)
+        .def("__call__", &AvgPoolCall::operator());
     nb::class_<DepthwiseCall>(m, "DepthwiseCall",
                               "A depthwise convolution's arguments checked once; calling it "
                               "writes y = act(depthwise(x, w) + bias).")
@@ -860,6 +1050,7 @@ NB_MODULE(_native, m) {
              nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("y"), nb::arg("strides"),
              nb::arg("dilations"), nb::arg("pads"), nb::arg("activation"), nb::arg("isa"),
              nb::arg("threads") = 1)
+        .def_prop_ro("kernel", &DepthwiseCall::kernel)
         .def("__call__", &DepthwiseCall::operator());
     m.def("maxpool2d", &maxpool2d, nb::arg("x"), nb::arg("y"), nb::arg("kernel"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"),
