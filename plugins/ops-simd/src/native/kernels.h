@@ -75,10 +75,11 @@ struct LanesTiling {
 constexpr int64_t CONV_KC = 256;
 constexpr int64_t CONV_NCB = 256;
 
-// AveragePool's layout (pool_driver.inc's avgpool2d; AvgPoolCall in module.cpp fills it): rows
-// of column sums of wp floats (wp >= the columns the windows read and pw + w, a multiple of the
-// column stride); divisor holds oh rows of pq = wp / sw reciprocal counts (ones past ow and for
-// slack floats after); slack floats follow each buffer (whole vectors past a row's end).
+// MaxPool's and AveragePool's layout (pool_driver.inc's pool2d; pool_layout in module.cpp fills
+// it, AvgPoolCall the divisor; MaxPool's stays null): rows of column reductions of wp floats
+// (wp >= the columns the windows read and pw + w, a multiple of the column stride); divisor
+// holds oh rows of pq = wp / sw reciprocal counts (ones past ow and for slack floats after);
+// slack floats follow each buffer (whole vectors past a row's end).
 struct AvgPoolGeometry {
     int64_t wp, pq, slack;
     int64_t ring;  // planes whose column sums are taken before their window sums
@@ -88,13 +89,13 @@ struct AvgPoolGeometry {
     const int64_t* rows;
 };
 
-// avgpool2d's ring: about 4096 floats of column sums (2 to 32 planes' buffers).
+// pool2d's ring: about 4096 floats of column reductions (2 to 32 planes' buffers).
 inline int64_t avgpool_ring(int64_t run) {
     const int64_t ring = 4096 / run;
     return ring < 2 ? 2 : ring > 32 ? 32 : ring;
 }
 
-// Floats of avgpool2d's work buffer: g.ring buffers of oh rows of column sums, g.slack after
+// Floats of pool2d's work buffer: g.ring buffers of oh rows of column reductions, g.slack after
 // each.
 inline int64_t avgpool_work_floats(const ConvShape& s, const AvgPoolGeometry& g) {
     return g.ring * (s.oh * g.wp + g.slack);
@@ -151,10 +152,10 @@ struct IsaKernels {
                        const float* bias, int act);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the
-    // output extents); work holds (oh + 1) * wide floats, wide = max((ow - 1) * sw +
-    // (kw - 1) * dw + 1, pw + w).
-    void (*maxpool2d)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
-                      std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
+    // output extents); g: the row layout (its divisor unused); work holds
+    // avgpool_work_floats(s, g) floats.
+    void (*maxpool2d)(const ConvShape& s, const AvgPoolGeometry& g, const float* x,
+                      std::ptrdiff_t x_cs, std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
                       std::ptrdiff_t y_cs, float* work);
     // AveragePool of planes [p0, p1) (x and y as maxpool2d's; g: the layout, sums scaled by
     // g.divisor's reciprocal counts); work holds avgpool_work_floats(s, g) floats.

@@ -440,11 +440,10 @@ void canonicalize_nan(OutArray x) {
     }
 }
 
-
 // ---- MaxPool ---------------------------------------------------------------------------------
 
-// The most floats of MaxPool's per-thread work buffer (256 MiB: oh + 1 rows of a padded row of
-// 2^26 / (oh + 1) floats; a 4096 x 4096 image needs 16 Mi floats), and the most one thread keeps
+// The most floats of a pool's per-thread work buffer (256 MiB: a ring of at least 2 planes' oh
+// padded rows; a 4096 x 4096 image needs 32 Mi floats), and the most one thread keeps
 // between calls (16 MiB); larger buffers are freed after the call.
 constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
 constexpr size_t MAX_POOL_KEEP = size_t(1) << 22;
@@ -485,6 +484,40 @@ void run_releasing_gil(bool small, const F& run) {
     run();
 }
 
+// The row layout of pool_driver.inc's pool2d, shared by MaxPool and AveragePool: fills g (all
+// but the divisor) and rows (per output row, the kernel rows inside x: ty in [t0, t1), iy =
+// oy * sh - ph + ty * dh) for s (its padded height already checked, wide its padded width);
+// returns the work buffer's floats, avgpool_work_floats(s, g), every step checked and bounded.
+int64_t pool_layout(const ConvShape& s, int64_t wide, const char* what, AvgPoolGeometry& g,
+                    std::vector<int64_t>& rows) {
+    const int64_t wp = mul(add(wide, s.sw - 1, what) / s.sw, s.sw, what);
+    g.wp = wp;
+    g.pq = wp / s.sw;
+    g.slack = add(64, mul(s.kw - 1, s.dw, what), what);
+    const int64_t run = add(mul(s.oh, wp, what), g.slack, what);
+    g.ring = avgpool_ring(run);
+    const int64_t work = bounded(mul(g.ring, run, what), MAX_POOL_WORK, what);
+    rows.resize(static_cast<size_t>(2 * s.oh));  // oh <= work: no overflow
+    for (int64_t oy = 0; oy < s.oh; ++oy) {
+        const int64_t top = oy * s.sh - s.ph;
+        const int64_t t0 = top >= 0 ? 0 : (-top + s.dh - 1) / s.dh;
+        const int64_t below = s.h > top ? (s.h - top + s.dh - 1) / s.dh : 0;
+        rows[size_t(2 * oy)] = t0;
+        rows[size_t(2 * oy + 1)] = std::max(std::min(below, s.kh), t0);
+    }
+    return work;
+}
+
+// The kernels pool2d runs on: rows narrower than 16 floats on avx512 take avx2's 8 lanes, which
+// waste fewer lanes (every lane does the same arithmetic on every ISA, so the bits are the
+// same; 1024 7 x 7 planes: AveragePool 30 us against 41 us).
+const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s) {
+#if defined(GRAPHRT_SIMD_X86)
+    if (kern == &avx512_kernels && s.w < 16 && s.ow < 16 && cpu_has_avx2()) return &avx2_kernels;
+#endif
+    return kern;
+}
+
 // y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
 // each axis, y's extents fix the windows.  Its arguments are checked once, when it is made (a
 // plan binds one per run state); a call only runs the kernel (0.5 us of conversions a call
@@ -523,8 +556,11 @@ public:
         if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
             throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
         check_no_overlap(y, x, "x");
-        s_ = ConvShape{0, xs[2], xs[3], kernel[0], kernel[1], strides[0], strides[1],
-                       dilations[0], dilations[1], pads[0], pads[1], ys[2], ys[3]};
+        // a stride with one output or a dilation with one tap changes no window: taken as 1
+        const int64_t oh = ys[2], ow = ys[3];
+        s_ = ConvShape{0, xs[2], xs[3], kernel[0], kernel[1], oh > 1 ? strides[0] : 1,
+                       ow > 1 ? strides[1] : 1, kernel[0] > 1 ? dilations[0] : 1,
+                       kernel[1] > 1 ? dilations[1] : 1, pads[0], pads[1], oh, ow};
         threads_ = clamp_threads(threads);
         begin_ = plane_begin;
         end_ = plane_end;
@@ -533,12 +569,12 @@ public:
             end_ = begin_;
             return;
         }
-        // every row offset the kernel forms lies in these extents; the work buffer holds oh + 1
-        // padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
+        // every row offset the kernel forms lies in these extents; the work buffer holds a ring
+        // of planes' padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
         padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, s_.oh);
         const int64_t wide = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, s_.ow);
-        work_floats_ = bounded(mul(s_.oh + 1, wide, "the MaxPool work buffer"), MAX_POOL_WORK,
-                               "the MaxPool work buffer");
+        work_floats_ = pool_layout(s_, wide, "the MaxPool work buffer", g_, rows_);
+        kern_ = narrow_pool_kernels(kern_, s_);
         x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         x_rs_ = x.stride(2);
         const int64_t outs = (end_ - begin_) * s_.oh * s_.ow;  // y's size at most: no overflow
@@ -550,9 +586,12 @@ public:
         run_releasing_gil(small_, [this] {
             const float* px = static_cast<const float*>(x_.data());
             float* py = static_cast<float*>(y_.data());
+            AvgPoolGeometry g = g_;
+            g.rows = rows_.data();
             run_plane_blocks(begin_, end_ - begin_, threads_, work_floats_,
                              [&](int64_t lo, int64_t hi, float* work) {
-                                 kern_->maxpool2d(s_, px, x_cs_, x_rs_, lo, hi, py, y_cs_, work);
+                                 kern_->maxpool2d(s_, g, px, x_cs_, x_rs_, lo, hi, py, y_cs_,
+                                                  work);
                              });
         });
     }
@@ -562,6 +601,8 @@ private:
     OutArray y_;
     const IsaKernels* kern_;
     ConvShape s_{};
+    AvgPoolGeometry g_{};  // its divisor stays null
+    std::vector<int64_t> rows_;
     int threads_ = 1;
     int64_t begin_ = 0, end_ = 0, work_floats_ = 0;
     std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
@@ -649,15 +690,8 @@ public:
         const int64_t hp = bounded(padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, oh),
                                    int64_t(1) << 40, "the padded height");
         const int64_t wide = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, ow);
-        const int64_t wp = mul(add(wide, s_.sw - 1, what) / s_.sw, s_.sw, what);
         x_rs_ = x.stride(2);
-        g_.wp = wp;
-        g_.pq = wp / s_.sw;
-        g_.slack = add(64, mul(s_.kw - 1, s_.dw, what), what);
-        // avgpool_work_floats(s_, g_), every step checked (wp <= 2^26 past this point)
-        const int64_t run = add(mul(oh, wp, what), g_.slack, what);
-        g_.ring = avgpool_ring(run);
-        work_floats_ = bounded(mul(g_.ring, run, what), MAX_POOL_WORK, what);
+        work_floats_ = pool_layout(s_, wide, what, g_, rows_);
         // the divisor: both axes' counts (closed form) multiplied, laid out as the flat runs;
         // the bounds clamped to the padded extent first (no tap lies past it: no count changes)
         auto bounds = [&](int64_t axis, int64_t extent) {
@@ -678,22 +712,7 @@ public:
                 divisor_[size_t(oy * g_.pq + ox)] = count < 1.0 ? 1.0f : float(1.0 / count);
             }
         }
-#if defined(GRAPHRT_SIMD_X86)
-        // rows narrower than 16 floats: avx2's 8 lanes waste fewer lanes than avx512's (every
-        // lane does the same arithmetic on every ISA, so the bits are the same; 1024 7 x 7
-        // planes: 30 us against 41 us)
-        if (kern_ == &avx512_kernels && s_.w < 16 && ow < 16 && cpu_has_avx2())
-            kern_ = &avx2_kernels;
-#endif
-        // per output row, the kernel rows inside x: ty in [t0, t1), iy = oy * sh - ph + ty * dh
-        rows_.resize(static_cast<size_t>(2 * oh));
-        for (int64_t oy = 0; oy < oh; ++oy) {
-            const int64_t top = oy * s_.sh - s_.ph;
-            const int64_t t0 = top >= 0 ? 0 : (-top + s_.dh - 1) / s_.dh;
-            const int64_t below = s_.h > top ? (s_.h - top + s_.dh - 1) / s_.dh : 0;
-            rows_[size_t(2 * oy)] = t0;
-            rows_[size_t(2 * oy + 1)] = std::max(std::min(below, s_.kh), t0);
-        }
+        kern_ = narrow_pool_kernels(kern_, s_);
         x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         const int64_t outs = (end_ - begin_) * oh * ow;  // y's size at most: no overflow
         small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 15);

@@ -1,0 +1,126 @@
+"""Native MaxPool on AveragePool's two-pass kernel: CNN window shapes against onnxruntime, NaN
+windows against a tap-by-tap reference, and the same bits for any thread count and ISA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import graphrt
+from tests._models import make_model, ort_session, tensor
+from tests.simd._simd import ALL_PATHS, ISAS, bits, path_or_skip, simd
+from tests.simd.test_native_pool_gelu import maxpool_reference
+
+F32 = np.float32
+NATIVE = [p for p in ("avx2", "avx512") if p in ISAS]
+
+# (planes, height, width, attributes): inception_v2's and squeezenet's pools, ResNet's stem,
+# VGG's 2x2, ceil_mode and asymmetric pads
+SHAPES = {
+    "7x7_s1_p1": (1024, 7, 7, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    "28x28_s1_p1": (192, 28, 28, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    "112_s2_p0": (64, 112, 112, dict(kernel_shape=[3, 3], strides=[2, 2])),
+    "112_s2_p1": (64, 112, 112, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "55_s2": (96, 55, 55, dict(kernel_shape=[3, 3], strides=[2, 2])),
+    "14_2x2_s2": (512, 14, 14, dict(kernel_shape=[2, 2], strides=[2, 2])),
+    "56_s2_ceil": (64, 56, 56, dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    "28_s2_p01_ceil": (
+        48,
+        28,
+        28,
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1], ceil_mode=1),
+    ),
+    "13x9_dilated": (6, 13, 9, dict(kernel_shape=[2, 3], strides=[1, 3], dilations=[2, 1])),
+    "5x40_s3_p2": (10, 5, 40, dict(kernel_shape=[3, 5], strides=[3, 3], pads=[2, 2, 1, 0])),
+}
+
+
+def _model(planes: int, h: int, w: int, attrs: dict):
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    return make_model([node], [tensor("x", shape=[1, planes, h, w])], [tensor("y")])
+
+
+def _run(model, path: str, threads: int, x: np.ndarray) -> np.ndarray:
+    sess = graphrt.Session(model, kernel_path=path, intra_op_threads=threads)
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.mark.skipif(not NATIVE, reason="no avx2/avx512 path: MaxPool stays numpy")
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_shapes_match_onnxruntime_on_every_path_and_thread_count(name):
+    planes, h, w, attrs = SHAPES[name]
+    model = _model(planes, h, w, attrs)
+    x = np.random.default_rng(planes + h).standard_normal((1, planes, h, w)).astype(F32)
+    want = ort_session(model).run(None, {"x": x})[0]
+    first = None
+    for path in NATIVE:
+        for threads in (1, 2):
+            got = _run(model, path, threads, x)
+            np.testing.assert_array_equal(got, want)
+            first = bits(got) if first is None else first
+            np.testing.assert_array_equal(bits(got), first)  # ties of +-0 aside: none here
+
+
+# (shape, kernel, strides, dilations, pads): each kernel branch (narrow rows on avx2's lanes,
+# stride 1 and 2, the flat 2x2 run, other strides one by one)
+GEOMETRIES = [
+    ((2, 3, 7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 4, 28, 28), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 3, 23, 23), (3, 3), (2, 2), (1, 1), (0, 0)),
+    ((1, 3, 14, 14), (2, 2), (2, 2), (1, 1), (0, 0)),
+    ((2, 2, 19, 18), (2, 2), (2, 2), (2, 1), (0, 0)),  # not the flat 2x2 run: dilated rows
+    ((1, 2, 9, 18), (2, 2), (2, 2), (1, 2), (0, 0)),  # nor dilated columns
+    ((1, 2, 9, 40), (3, 3), (3, 3), (1, 2), (1, 2)),
+    ((1, 2, 3, 5), (2, 4), (1, 2), (1, 1), (1, 3)),
+]
+
+
+def _out(shape, kernel, strides, dilations, pads) -> tuple[int, int]:
+    return tuple(
+        (shape[2 + a] + 2 * pads[a] - dilations[a] * (kernel[a] - 1) - 1) // strides[a] + 1
+        for a in (0, 1)
+    )
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_nan_windows(isa, geometry):
+    """A NaN as the first, a middle or the last tap of windows, next to infinities of both
+    signs (whose sum also says 'maybe NaN'), in planes beside NaN-free ones: NaN exactly where
+    a window holds one."""
+    path_or_skip(isa)
+    shape, kernel, strides, dilations, pads = geometry
+    out = _out(*geometry)
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(F32)
+    flat = x.reshape(-1, shape[2] * shape[3])
+    flat[0, 0] = flat[0, -1] = np.nan  # first and last element of plane 0
+    flat[0, rng.integers(0, flat.shape[1])] = np.nan
+    if flat.shape[0] > 2:
+        flat[1, rng.integers(0, flat.shape[1], 2)] = [np.inf, -np.inf]  # no NaN, both infinities
+        flat[2, :] = -np.inf
+    y = np.full((*shape[:2], *out), 7.0, F32)
+    simd.maxpool2d(x, y, kernel, strides, dilations, pads, isa)
+    np.testing.assert_array_equal(y, maxpool_reference(x, kernel, strides, dilations, pads, out))
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_same_bits_on_every_isa_and_split(geometry):
+    """Signed zeros tie everywhere (which one a tie keeps is the kernel's: the same on every
+    path, for any split of the planes over threads), with and without NaN planes."""
+    shape, kernel, strides, dilations, pads = geometry
+    out = _out(*geometry)
+    rng = np.random.default_rng(7)
+    x = rng.choice(np.array([-0.0, 0.0, -1.0], F32), size=shape)
+    x.reshape(-1)[-1] = np.nan  # the last plane takes the NaN-keeping maximum
+    args = [kernel, strides, dilations, pads]
+    want = maxpool_reference(x, kernel, strides, dilations, pads, out)
+    first = None
+    for isa in [p for p in ALL_PATHS if p in ISAS]:
+        for threads in (1, 2, 3):
+            y = np.empty((*shape[:2], *out), F32)
+            simd.MaxPoolCall(x, y, *args, isa, 0, -1, threads)()
+            np.testing.assert_array_equal(y, want)
+            first = bits(y) if first is None else first
+            np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")
