@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from graphrt.passes.base import GraphPass, PassContext, PassGraph, PassNode
-from graphrt.passes.fuse_bn import count_owners, scaled_weight
+from graphrt.passes.fuse_bn import count_owners, scaled_weight, value_index
 
 #: Element-wise operators that fold, and whether the constant may be either operand.
 _FOLDABLE = {"Mul": True, "Add": True, "Sub": False, "Div": False}
@@ -44,11 +44,7 @@ class FoldChannelAffine(GraphPass):
     order = 55  # after fuse_batchnorm_into_conv (50): a Conv's BatchNormalization is gone
 
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
-        producers = {o: n for n in graph.nodes for o in n.outputs if o}
-        readers: dict[str, int] = {}
-        for n in graph.nodes:
-            for x in dict.fromkeys(n.inputs):
-                readers[x] = readers.get(x, 0) + 1
+        producers, readers = value_index(graph)
         owners = count_owners(graph)
         # As in fuse_bn: the folded producer takes the element-wise node's slot (its readers
         # come after it) and the producer's slot empties; the list is rebuilt once.

@@ -22,13 +22,7 @@ class FuseBatchNormIntoConv(GraphPass):
     order = 50
 
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
-        # Who makes and how many read each value, kept current through the fusions: asking
-        # the graph (a scan of every node) per BatchNormalization is quadratic in the model.
-        producers = {o: n for n in graph.nodes for o in n.outputs if o}
-        readers: dict[str, int] = {}
-        for n in graph.nodes:
-            for x in dict.fromkeys(n.inputs):  # nodes, as graph.consumers counts them
-                readers[x] = readers.get(x, 0) + 1
+        producers, readers = value_index(graph)
         owners = count_owners(graph)
         # The node list is rebuilt once at the end (a graph.replace per fusion rebuilt it per
         # BatchNormalization): the fused node takes the BatchNormalization's slot, as replace
@@ -97,6 +91,17 @@ class FuseBatchNormIntoConv(GraphPass):
         # writes the BatchNormalization's output.
         info = dataclasses.replace(conv.info, inputs=tuple(inputs), outputs=tuple(bn.outputs))
         return conv, PassNode(info, conv.op_def, inputs, list(bn.outputs))
+
+
+def value_index(graph: PassGraph) -> tuple[dict[str, PassNode], dict[str, int]]:
+    """Who makes and how many nodes read each value, for a pass to keep current through its
+    fusions: asking the graph (a scan of every node) per candidate is quadratic in the model."""
+    producers = {o: n for n in graph.nodes for o in n.outputs if o}
+    readers: dict[str, int] = {}
+    for n in graph.nodes:
+        for x in dict.fromkeys(n.inputs):  # nodes, as graph.consumers counts them
+            readers[x] = readers.get(x, 0) + 1
+    return producers, readers
 
 
 def count_owners(graph: PassGraph) -> dict[int, int]:

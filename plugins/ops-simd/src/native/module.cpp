@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <memory>
 #include <string>
@@ -518,140 +519,34 @@ const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s
     return kern;
 }
 
-// y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
-// each axis, y's extents fix the windows.  Its arguments are checked once, when it is made (a
-// plan binds one per run state); a call only runs the kernel (0.5 us of conversions a call
-// was a fifth of a small CNN's 2x2 pooling).
-class MaxPoolCall {
+// What MaxPoolCall and AvgPoolCall share: the argument checks (once, when a call is made: a plan
+// binds one per run state), the window shape, the plane range and the row layout of pool2d's
+// work buffer (pool_driver.inc).  pads: ``pads_size`` values (MaxPool's two pads before each
+// axis, AveragePool's four, ONNX order); y's extents fix the windows.
+class PoolCallBase {
 public:
-    MaxPoolCall(InArray x, OutArray y, const std::vector<int64_t>& kernel,
-                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-                const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
-                int64_t plane_end, int threads)
+    int64_t work_floats() const { return work_floats_; }
+
+protected:
+    PoolCallBase(InArray x, OutArray y, const std::vector<int64_t>& kernel,
+                 const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                 const std::vector<int64_t>& pads, size_t pads_size, const std::string& isa,
+                 int64_t plane_begin, int64_t plane_end, int threads, const char* what,
+                 int64_t height_bound)
         : x_(x), y_(y), kern_(&kernels_for(isa)) {
         check_matrix(x, "x", 4);
         check_matrix(y, "y", 4);
         const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
             {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
-        for (const auto& [v, what] : checks) {
-            const int64_t least = v == &pads ? 0 : 1;
-            if (v->size() != 2 || (*v)[0] < least || (*v)[1] < least)
-                throw nb::value_error((std::string(what) + " must be two integers >= " +
-                                       std::to_string(least) + ", got " + dims(*v))
-                                          .c_str());
-        }
-        const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
-        if (ys[0] != xs[0] || ys[1] != xs[1])
-            throw nb::value_error(
-                ("y " + dims(ys) + " must have the images and channels of x " + dims(xs)).c_str());
-        const int64_t planes = mul(xs[0], xs[1], "the planes");
-        if (plane_end == -1) plane_end = planes;
-        if (plane_begin < 0 || plane_begin > plane_end || plane_end > planes)
-            throw nb::value_error(("plane range [" + std::to_string(plane_begin) + ", " +
-                                   std::to_string(plane_end) + ") is not inside [0, " +
-                                   std::to_string(planes) + ")")
-                                      .c_str());
-        check_flat(y, "y");
-        if (xs[3] > 1 && x.stride(3) != 1) throw nb::value_error("x must have unit column stride");
-        if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
-            throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
-        check_no_overlap(y, x, "x");
-        // a stride with one output or a dilation with one tap changes no window: taken as 1
-        const int64_t oh = ys[2], ow = ys[3];
-        s_ = ConvShape{0, xs[2], xs[3], kernel[0], kernel[1], oh > 1 ? strides[0] : 1,
-                       ow > 1 ? strides[1] : 1, kernel[0] > 1 ? dilations[0] : 1,
-                       kernel[1] > 1 ? dilations[1] : 1, pads[0], pads[1], oh, ow};
-        threads_ = clamp_threads(threads);
-        begin_ = plane_begin;
-        end_ = plane_end;
-        y_cs_ = ys[2] * ys[3];
-        if (plane_end == plane_begin || s_.oh == 0 || s_.ow == 0) {  // nothing to write
-            end_ = begin_;
-            return;
-        }
-        // every row offset the kernel forms lies in these extents; the work buffer holds a ring
-        // of planes' padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
-        padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, s_.oh);
-        const int64_t wide = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, s_.ow);
-        work_floats_ = pool_layout(s_, wide, "the MaxPool work buffer", g_, rows_);
-        kern_ = narrow_pool_kernels(kern_, s_);
-        x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
-        x_rs_ = x.stride(2);
-        const int64_t outs = (end_ - begin_) * s_.oh * s_.ow;  // y's size at most: no overflow
-        small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 15);
-    }
-
-    void operator()() const {
-        if (end_ == begin_) return;
-        run_releasing_gil(small_, [this] {
-            const float* px = static_cast<const float*>(x_.data());
-            float* py = static_cast<float*>(y_.data());
-            AvgPoolGeometry g = g_;
-            g.rows = rows_.data();
-            run_plane_blocks(begin_, end_ - begin_, threads_, work_floats_,
-                             [&](int64_t lo, int64_t hi, float* work) {
-                                 kern_->maxpool2d(s_, g, px, x_cs_, x_rs_, lo, hi, py, y_cs_,
-                                                  work);
-                             });
-        });
-    }
-
-private:
-    InArray x_;  // held: the kernel reads and writes through their pointers
-    OutArray y_;
-    const IsaKernels* kern_;
-    ConvShape s_{};
-    AvgPoolGeometry g_{};  // its divisor stays null
-    std::vector<int64_t> rows_;
-    int threads_ = 1;
-    int64_t begin_ = 0, end_ = 0, work_floats_ = 0;
-    std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
-    bool small_ = false;
-};
-
-// ---- AveragePool -----------------------------------------------------------------------------
-
-// How many of an axis's k taps at o * s + t * d (padded coordinates) lie in [lo, hi), per output
-// o < n, in closed form (ops-basic's _axis_counts): t from ceil((lo - start) / d) up to
-// ceil((hi - start) / d), clipped to [0, k].  Every value is inside the checked padded extent.
-std::vector<int64_t> axis_counts(int64_t n, int64_t k, int64_t s, int64_t d, int64_t lo,
-                                 int64_t hi) {
-    auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
-    std::vector<int64_t> counts(static_cast<size_t>(n));
-    for (int64_t o = 0; o < n; ++o) {
-        const int64_t start = o * s;
-        const int64_t first = std::max<int64_t>(ceil_div(lo - start, d), 0);
-        const int64_t stop = std::min<int64_t>(ceil_div(hi - start, d), k);
-        counts[static_cast<size_t>(o)] = std::max<int64_t>(stop - first, 0);
-    }
-    return counts;
-}
-
-// y = AveragePool(x) for planes [plane_begin, plane_end) of the N*C planes (fast mode); pads =
-// the pads before and after each axis (ONNX order: h begin, w begin, h end, w end), y's
-// extents fix the windows.  Each output is its window's sum over x times the reciprocal of the
-// elements inside x (count_include_pad 0) or inside x and its declared pads (1), never fewer
-// than one.
-// Checked once, when made: the layout, the divisor (one per plan) and the work size.
-class AvgPoolCall {
-public:
-    AvgPoolCall(InArray x, OutArray y, const std::vector<int64_t>& kernel,
-                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-                const std::vector<int64_t>& pads, bool count_include_pad, const std::string& isa,
-                int64_t plane_begin, int64_t plane_end, int threads)
-        : x_(x), y_(y), kern_(&kernels_for(isa)) {
-        check_matrix(x, "x", 4);
-        check_matrix(y, "y", 4);
-        const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
-            {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
-        for (const auto& [v, what] : checks) {
+        for (const auto& [v, name] : checks) {
             const bool is_pads = v == &pads;
-            const size_t size = is_pads ? 4 : 2;
+            const size_t size = is_pads ? pads_size : 2;
             const int64_t least = is_pads ? 0 : 1;
             bool ok = v->size() == size;
             for (size_t i = 0; ok && i < size; ++i) ok = (*v)[i] >= least;
             if (!ok)
-                throw nb::value_error((std::string(what) + " must be " + std::to_string(size) +
+                throw nb::value_error((std::string(name) + " must be " +
+                                       (size == 2 ? std::string("two") : std::to_string(size)) +
                                        " integers >= " + std::to_string(least) + ", got " +
                                        dims(*v))
                                           .c_str());
@@ -685,13 +580,101 @@ public:
             end_ = begin_;
             return;
         }
-        const char* what = "the AveragePool work buffer";
-        // the padded height only bounds the divisor's arithmetic (2^40: far past any image)
-        const int64_t hp = bounded(padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, oh),
-                                   int64_t(1) << 40, "the padded height");
-        const int64_t wide = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, ow);
+        // every row offset the kernel forms lies in these extents; the work buffer holds a ring
+        // of planes' padded rows and is bounded (a pad of 2^29 asked for gigabytes per thread)
+        padded_height_ = bounded(padded_extent(s_.h, s_.ph, s_.kh, s_.sh, s_.dh, oh), height_bound,
+                                 "the padded height");
+        padded_width_ = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, ow);
+        work_floats_ = pool_layout(s_, padded_width_, what, g_, rows_);
+        kern_ = narrow_pool_kernels(kern_, s_);
+        x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         x_rs_ = x.stride(2);
-        work_floats_ = pool_layout(s_, wide, what, g_, rows_);
+        const int64_t outs = (end_ - begin_) * oh * ow;  // y's size at most: no overflow
+        small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 15);
+    }
+
+    // Runs ``pool`` (an IsaKernels member: maxpool2d or avgpool2d) over the planes.  Planes are
+    // independent and each is one thread's, in one order: the same bits for any split and
+    // thread count.
+    template <class Pool>
+    void run(Pool pool, const float* divisor) const {
+        if (end_ == begin_) return;
+        run_releasing_gil(small_, [&] {
+            const float* px = static_cast<const float*>(x_.data());
+            float* py = static_cast<float*>(y_.data());
+            AvgPoolGeometry g = g_;
+            g.divisor = divisor;
+            g.rows = rows_.data();
+            run_plane_blocks(begin_, end_ - begin_, threads_, work_floats_,
+                             [&](int64_t lo, int64_t hi, float* work) {
+                                 (kern_->*pool)(s_, g, px, x_cs_, x_rs_, lo, hi, py, y_cs_, work);
+                             });
+        });
+    }
+
+    InArray x_;  // held: the kernel reads and writes through their pointers
+    OutArray y_;
+    const IsaKernels* kern_;
+    ConvShape s_{};
+    AvgPoolGeometry g_{};
+    std::vector<int64_t> rows_;
+    int threads_ = 1;
+    int64_t begin_ = 0, end_ = 0, work_floats_ = 0, padded_height_ = 0, padded_width_ = 0;
+    std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
+    bool small_ = false;
+};
+
+// y = MaxPool(x) for planes [plane_begin, plane_end) of the N*C planes; pads = the pads before
+// each axis.  A call only runs the kernel (0.5 us of conversions a call was a fifth of a small
+// CNN's 2x2 pooling).
+class MaxPoolCall : public PoolCallBase {
+public:
+    MaxPoolCall(InArray x, OutArray y, const std::vector<int64_t>& kernel,
+                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                const std::vector<int64_t>& pads, const std::string& isa, int64_t plane_begin,
+                int64_t plane_end, int threads)
+        : PoolCallBase(x, y, kernel, strides, dilations, pads, 2, isa, plane_begin, plane_end,
+                       threads, "the MaxPool work buffer", std::numeric_limits<int64_t>::max()) {}
+
+    void operator()() const { run(&IsaKernels::maxpool2d, nullptr); }  // no divisor
+};
+
+// ---- AveragePool -----------------------------------------------------------------------------
+
+// How many of an axis's k taps at o * s + t * d (padded coordinates) lie in [lo, hi), per output
+// o < n, in closed form (ops-basic's _axis_counts): t from ceil((lo - start) / d) up to
+// ceil((hi - start) / d), clipped to [0, k].  Every value is inside the checked padded extent.
+std::vector<int64_t> axis_counts(int64_t n, int64_t k, int64_t s, int64_t d, int64_t lo,
+                                 int64_t hi) {
+    auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
+    std::vector<int64_t> counts(static_cast<size_t>(n));
+    for (int64_t o = 0; o < n; ++o) {
+        const int64_t start = o * s;
+        const int64_t first = std::max<int64_t>(ceil_div(lo - start, d), 0);
+        const int64_t stop = std::min<int64_t>(ceil_div(hi - start, d), k);
+        counts[static_cast<size_t>(o)] = std::max<int64_t>(stop - first, 0);
+    }
+    return counts;
+}
+
+// y = AveragePool(x) for planes [plane_begin, plane_end) of the N*C planes (fast mode); pads =
+// the pads before and after each axis (ONNX order: h begin, w begin, h end, w end), y's
+// extents fix the windows.  Each output is its window's sum over x times the reciprocal of the
+// elements inside x (count_include_pad 0) or inside x and its declared pads (1), never fewer
+// than one.
+// Checked once, when made: the layout, the divisor (one per plan) and the work size.
+class AvgPoolCall : public PoolCallBase {
+public:
+    AvgPoolCall(InArray x, OutArray y, const std::vector<int64_t>& kernel,
+                const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                const std::vector<int64_t>& pads, bool count_include_pad, const std::string& isa,
+                int64_t plane_begin, int64_t plane_end, int threads)
+        // the padded height only bounds the divisor's arithmetic (2^40: far past any image)
+        : PoolCallBase(x, y, kernel, strides, dilations, pads, 4, isa, plane_begin, plane_end,
+                       threads, "the AveragePool work buffer", int64_t(1) << 40) {
+        if (end_ == begin_) return;
+        const std::vector<int64_t> xs = shape_of(x);
+        const int64_t oh = s_.oh, ow = s_.ow, hp = padded_height_, wide = padded_width_;
         // the divisor: both axes' counts (closed form) multiplied, laid out as the flat runs;
         // the bounds clamped to the padded extent first (no tap lies past it: no count changes)
         auto bounds = [&](int64_t axis, int64_t extent) {
@@ -712,44 +695,12 @@ public:
                 divisor_[size_t(oy * g_.pq + ox)] = count < 1.0 ? 1.0f : float(1.0 / count);
             }
         }
-        kern_ = narrow_pool_kernels(kern_, s_);
-        x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
-        const int64_t outs = (end_ - begin_) * oh * ow;  // y's size at most: no overflow
-        small_ = keeps_gil(threads_, outs, s_.kh, s_.kw, int64_t(1) << 15);
     }
 
-    void operator()() const {
-        if (end_ == begin_) return;
-        run_releasing_gil(small_, [this] {
-            const float* px = static_cast<const float*>(x_.data());
-            float* py = static_cast<float*>(y_.data());
-            AvgPoolGeometry g = g_;
-            g.divisor = divisor_.data();
-            g.rows = rows_.data();
-            // planes are independent and each is one thread's, in one order: the same bits
-            // for any split and thread count
-            run_plane_blocks(begin_, end_ - begin_, threads_, work_floats_,
-                             [&](int64_t lo, int64_t hi, float* work) {
-                                 kern_->avgpool2d(s_, g, px, x_cs_, x_rs_, lo, hi, py, y_cs_,
-                                                  work);
-                             });
-        });
-    }
-
-    int64_t work_floats() const { return work_floats_; }
+    void operator()() const { run(&IsaKernels::avgpool2d, divisor_.data()); }
 
 private:
-    InArray x_;  // held: the kernel reads and writes through their pointers
-    OutArray y_;
-    const IsaKernels* kern_;
-    ConvShape s_{};
-    AvgPoolGeometry g_{};
     std::vector<float> divisor_;
-    std::vector<int64_t> rows_;
-    int threads_ = 1;
-    int64_t begin_ = 0, end_ = 0, work_floats_ = 0;
-    std::ptrdiff_t x_cs_ = 0, x_rs_ = 0, y_cs_ = 0;
-    bool small_ = false;
 };
 
 // ---- depthwise convolution -------------------------------------------------------------------
@@ -1058,7 +1009,7 @@ NB_MODULE(_native, m) {
              nb::arg("dilations"), nb::arg("pads"), nb::arg("count_include_pad"),
              nb::arg("isa"), nb::arg("plane_begin") = 0, nb::arg("plane_end") = -1,
              nb::arg("threads") = 1)
-        .def_prop_ro("work_floats", &AvgPoolCall::work_floats)
+        .def_prop_ro("work_floats", [](const AvgPoolCall& c) { return c.work_floats(); })
         .def("__call__", &AvgPoolCall::operator());
     nb::class_<DepthwiseCall>(m, "DepthwiseCall",
                               "A depthwise convolution's arguments checked once; calling it "
