@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 
 import graphrt
 from tests._models import make_model, ort_session, tensor
+from tests._versions import onnxruntime_release
 from tests.simd._simd import ALL_PATHS, bits, path_or_skip, simd
 
 _native = simd._native  # _simd skips the module when the plugin is not installed
@@ -58,6 +59,15 @@ def _geometries(count: int, seed: int):
     return out
 
 
+def _oracle_cases(cases):
+    """The geometries onnxruntime serves as the oracle of: every one from onnxruntime 1.21
+    (tox -e numpy1 pins an older release, whose ceil_mode windows differ from the ONNX rule
+    beyond the shape difference handled below: it is no oracle of those)."""
+    if onnxruntime_release() >= (1, 21):
+        return cases
+    return [(shape, attrs) for shape, attrs in cases if not attrs.get("ceil_mode", 0)]
+
+
 GRID = _geometries(120, 7)
 # the CNN shapes the native kernel's flat runs target (inception_v2, shufflenet, densenet)
 COMMON = [
@@ -85,7 +95,7 @@ def test_native_call_matches_onnxruntime(isa):
     two ranges."""
     path_or_skip(isa)
     rng = np.random.default_rng(3)
-    for shape, attrs in GRID + COMMON:
+    for shape, attrs in _oracle_cases(GRID + COMMON):
         x = rng.standard_normal(shape).astype(F32)
         want = _ort(x, **attrs)
         y = np.full(want.shape, np.nan, F32)
@@ -104,7 +114,7 @@ def test_same_bits_on_every_isa():
     avx512 path hands rows narrower than 16 floats to the avx2 kernel on that promise), with
     x's rows strided (a column slice of a wider array) and NaN and inf in the windows."""
     rng = np.random.default_rng(9)
-    for shape, attrs in GRID[:40] + COMMON:
+    for shape, attrs in _oracle_cases(GRID[:40] + COMMON):
         wide = rng.standard_normal((*shape[:3], shape[3] + 5)).astype(F32)
         wide.flat[rng.integers(0, wide.size, 2)] = [np.nan, np.inf]
         x = wide[..., 2 : 2 + shape[3]]
@@ -129,7 +139,7 @@ def test_sessions_match_onnxruntime(path):
     a window shorter than ONNX's shape rule (which graphrt follows), against ops-basic."""
     path_or_skip(path)
     rng = np.random.default_rng(4)
-    for shape, attrs in GRID[:60] + COMMON:
+    for shape, attrs in _oracle_cases(GRID[:60] + COMMON):
         x = rng.standard_normal(shape).astype(F32)
         got = graphrt.Session(_model(shape, **attrs), kernel_path=path).run(None, {"x": x})[0]
         want = _ort(x, **attrs)
