@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from graphrt.passes.base import GraphPass, PassContext, PassGraph, PassNode
-from graphrt.passes.fuse_bn import count_owners, scaled_weight, value_index
+from graphrt.passes.fuse_bn import absorb_producers, count_owners, scaled_weight, value_index
 
 #: Element-wise operators that fold, and whether the constant may be either operand.
 _FOLDABLE = {"Mul": True, "Add": True, "Sub": False, "Div": False}
@@ -46,26 +46,12 @@ class FoldChannelAffine(GraphPass):
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
         producers, readers = value_index(graph)
         owners = count_owners(graph)
-        # As in fuse_bn: the folded producer takes the element-wise node's slot (its readers
-        # come after it) and the producer's slot empties; the list is rebuilt once.
-        nodes: list[PassNode | None] = list(graph.nodes)
-        slot = {id(n): i for i, n in enumerate(nodes)}
-        changed = False
-        for node in list(graph.nodes):
-            folded = self._fold(graph, node, producers, readers, owners)
-            if folded is None:
-                continue
-            old, new = folded
-            nodes[slot[id(old)]] = None
-            slot[id(new)] = at = slot[id(node)]
-            nodes[at] = new
-            for x in new.inputs[1:]:
-                readers[x] = readers.get(x, 0) + 1
-            producers.update((o, new) for o in new.outputs if o)
-            changed = True
-        if changed:
-            graph.nodes[:] = [n for n in nodes if n is not None]
-        return changed
+        return absorb_producers(
+            graph,
+            lambda node: self._fold(graph, node, producers, readers, owners),
+            producers,
+            readers,
+        )
 
     def _fold(
         self,

@@ -9,6 +9,7 @@ skipped in exact mode.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,29 +25,13 @@ class FuseBatchNormIntoConv(GraphPass):
     def run(self, graph: PassGraph, ctx: PassContext) -> bool:
         producers, readers = value_index(graph)
         owners = count_owners(graph)
-        # The node list is rebuilt once at the end (a graph.replace per fusion rebuilt it per
-        # BatchNormalization): the fused node takes the BatchNormalization's slot, as replace
-        # puts it, and the Conv's slot empties.
-        nodes: list[PassNode | None] = list(graph.nodes)
-        slot = {id(n): i for i, n in enumerate(nodes)}
-        changed = False
-        for bn in list(graph.nodes):
+
+        def fuse(bn: PassNode) -> tuple[PassNode, PassNode] | None:
             if bn.op_type != "BatchNormalization":
-                continue
-            fused = self._fuse(graph, bn, producers, readers, owners)
-            if fused is not None:
-                conv, new = fused
-                at = slot[id(bn)]
-                nodes[slot[id(conv)]] = None
-                nodes[at] = new
-                slot[id(new)] = at
-                for x in new.inputs[1:]:  # its new weights (the Conv's input keeps its count)
-                    readers[x] = readers.get(x, 0) + 1
-                producers.update((o, new) for o in new.outputs if o)
-                changed = True
-        if changed:
-            graph.nodes[:] = [n for n in nodes if n is not None]  # the same list, edited
-        return changed
+                return None
+            return self._fuse(graph, bn, producers, readers, owners)
+
+        return absorb_producers(graph, fuse, producers, readers)
 
     def _fuse(
         self,
@@ -102,6 +87,37 @@ def value_index(graph: PassGraph) -> tuple[dict[str, PassNode], dict[str, int]]:
         for x in dict.fromkeys(n.inputs):  # nodes, as graph.consumers counts them
             readers[x] = readers.get(x, 0) + 1
     return producers, readers
+
+
+def absorb_producers(
+    graph: PassGraph,
+    absorb: Callable[[PassNode], tuple[PassNode, PassNode] | None],
+    producers: dict[str, PassNode],
+    readers: dict[str, int],
+) -> bool:
+    """Runs ``absorb`` on every node in order; where it returns ``(producer, new)`` (``new``
+    being the producer rewritten to write the node's outputs), ``new`` takes the node's slot
+    (its readers come after it) and the producer's slot empties.  The index is kept current
+    and the node list rebuilt once at the end (a graph.replace per fusion rebuilt it each time).
+    """
+    nodes: list[PassNode | None] = list(graph.nodes)
+    slot = {id(n): i for i, n in enumerate(nodes)}
+    changed = False
+    for node in list(graph.nodes):
+        absorbed = absorb(node)
+        if absorbed is None:
+            continue
+        producer, new = absorbed
+        nodes[slot[id(producer)]] = None
+        slot[id(new)] = at = slot[id(node)]
+        nodes[at] = new
+        for x in new.inputs[1:]:  # its new parameters (the producer's input keeps its count)
+            readers[x] = readers.get(x, 0) + 1
+        producers.update((o, new) for o in new.outputs if o)
+        changed = True
+    if changed:
+        graph.nodes[:] = [n for n in nodes if n is not None]  # the same list, edited
+    return changed
 
 
 def count_owners(graph: PassGraph) -> dict[int, int]:

@@ -91,12 +91,7 @@ public:
                 kern_->channel_affine(px, py, lo, hi, channels_, hw_, ps, pt, relu_);
             });
         };
-        if (small_) {
-            run();
-            return;
-        }
-        nb::gil_scoped_release nogil;
-        run();
+        run_releasing_gil(small_, run);
     }
 
 private:

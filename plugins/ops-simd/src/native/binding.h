@@ -161,4 +161,15 @@ void bind_conv(nb::module_& m);
 // NonMaxSuppression's entry point (nms.cpp), registered on the module.
 void bind_nms(nb::module_& m);
 
+// run() with the GIL held (a small call: releasing and taking it back costs more) or released.
+template <class F>
+void run_releasing_gil(bool small, const F& run) {
+    if (small) {
+        run();
+        return;
+    }
+    nb::gil_scoped_release nogil;
+    run();
+}
+
 }  // namespace graphrt_simd

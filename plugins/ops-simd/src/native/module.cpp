@@ -387,12 +387,7 @@ public:
     }
 
     void operator()() const {
-        if (small_) {
-            gemm_run(args_);
-            return;
-        }
-        nb::gil_scoped_release nogil;
-        gemm_run(args_);
+        run_releasing_gil(small_, [this] { gemm_run(args_); });
     }
 
 private:
@@ -472,17 +467,6 @@ void run_plane_blocks(int64_t begin, int64_t count, int threads, int64_t work_fl
 inline bool keeps_gil(int threads, int64_t outs, int64_t kh, int64_t kw, int64_t most_outs) {
     return threads == 1 && kh <= 64 && kw <= 64 && outs <= most_outs &&
            outs * kh * kw <= (int64_t(1) << 15);
-}
-
-// run() with the GIL held (a small call) or released.
-template <class F>
-void run_releasing_gil(bool small, const F& run) {
-    if (small) {
-        run();
-        return;
-    }
-    nb::gil_scoped_release nogil;
-    run();
 }
 
 // The row layout of pool_driver.inc's pool2d, shared by MaxPool and AveragePool: fills g (all

@@ -281,12 +281,7 @@ public:
             args_.a_zero = args_.a_signed ? *static_cast<const int8_t*>(z)
                                           : *static_cast<const uint8_t*>(z);
         }
-        if (small_) {
-            run();
-            return;
-        }
-        nb::gil_scoped_release nogil;
-        run();
+        run_releasing_gil(small_, [this] { run(); });
     }
 
 private:
