@@ -51,29 +51,57 @@ class _Plan:
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
     dilations: tuple[int, ...]
-    pads: tuple[int, ...]
+    pads: tuple[int, ...]  # MaxPool: before each axis; AveragePool: h, w begin then h, w end
     split: bool  # planes spread over the plugin's threads (large enough to pay)
     work_bytes: int = 0  # one thread's native work buffer, outside the slab
+    include_pad: bool = False  # AveragePool's count_include_pad
+    divisor_bytes: int = 0  # AveragePool's per-output counts in the bound call, outside the slab
 
 
-class MaxPool(NativeKernel):
+class _NativePool(NativeKernel):
+    """What the two native pools share: when ops-basic's plan can go native, and the binding."""
+
     plan_type = _Plan
+    #: What the memory budget's refusal names (the native code allocates it, outside the slab).
+    reserved = "the native work buffer (one per thread)"
 
-    def infer(self, ctx: InferContext) -> None:
+    def native_window(self, ctx: InferContext) -> tuple[Any, Any, Any] | None:
+        """ops-basic's plan, output type and shape where the native kernel serves the node."""
         trial = trial_infer(self.base, ctx)
         plan = trial.prepared
-        types = trial.output_types()
-        dtype, out_shape = types[0]
+        dtype, out_shape = trial.output_types()[0]
         if (
             ctx.exact
             or self.isa not in FAST_ISAS
             or dtype != F32
             or len(out_shape) != 4
-            or ctx.num_outputs > 1
             or not isinstance(plan, basic_pool._Plan)
-            or plan.indices is not None
         ):
+            return None
+        return plan, dtype, out_shape
+
+    def bind_native(
+        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> Callable[[], None]:
+        p: _Plan = ctx.prepared
+        x, y = inputs[0], outputs[0]
+        if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
+            return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
+        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
+        # counted against the session's memory budget (up to 256 MiB a thread by the native bound)
+        ctx.reserve(p.work_bytes * threads + p.divisor_bytes, self.reserved)
+        return self.native_call(x, y, p, threads)  # arguments checked once, here
+
+    def native_call(self, x: Any, y: Any, p: _Plan, threads: int) -> Callable[[], None]:
+        raise NotImplementedError
+
+
+class MaxPool(_NativePool):
+    def infer(self, ctx: InferContext) -> None:
+        window = self.native_window(ctx)
+        if window is None or ctx.num_outputs > 1 or window[0].indices is not None:
             return self.fallback(ctx)
+        plan, dtype, out_shape = window
         w = plan.w
         empty = not math.prod(out_shape)
         if not empty and work_floats(w, ctx.shape(0), out_shape) > MAX_WORK_FLOATS:
@@ -95,49 +123,19 @@ class MaxPool(NativeKernel):
             reads >= PARALLEL_READS, work * F32.itemsize,
         )  # fmt: skip
 
-    def bind_native(
-        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
-    ) -> Callable[[], None]:
-        p: _Plan = ctx.prepared
-        x, y = inputs[0], outputs[0]
-        if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
-            return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
-        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
-        # each thread's buffer is allocated by the native code, outside the plan: counted
-        # against the session's memory budget (up to 256 MiB a thread by the native bound)
-        ctx.reserve(p.work_bytes * threads, "the native work buffer (one per thread)")
+    def native_call(self, x: Any, y: Any, p: _Plan, threads: int) -> Callable[[], None]:
         window = (p.kernel, p.strides, p.dilations, p.pads, self.isa)
-        return _native.MaxPoolCall(x, y, *window, 0, -1, threads)  # arguments checked once
+        return _native.MaxPoolCall(x, y, *window, 0, -1, threads)
 
 
-@dataclasses.dataclass(frozen=True)
-class _AvgPlan:
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    pads: tuple[int, ...]  # h begin, w begin, h end, w end (the declared or computed pads)
-    include_pad: bool
-    split: bool  # planes spread over the plugin's threads (large enough to pay)
-    work_bytes: int = 0  # one thread's native work buffer, outside the slab
-    divisor_bytes: int = 0  # the bound call's per-output counts, outside the slab
-
-
-class AveragePool(NativeKernel):
-    plan_type = _AvgPlan
+class AveragePool(_NativePool):
+    reserved = "the native work buffer (one per thread) and the divisor"
 
     def infer(self, ctx: InferContext) -> None:
-        trial = trial_infer(self.base, ctx)
-        plan = trial.prepared
-        dtype, out_shape = trial.output_types()[0]
-        if (
-            ctx.exact
-            or self.isa not in FAST_ISAS
-            or dtype != F32
-            or len(out_shape) != 4
-            or not isinstance(plan, basic_pool._Plan)
-            or plan.divisor is None
-        ):
+        window = self.native_window(ctx)
+        if window is None or window[0].divisor is None:
             return self.fallback(ctx)
+        plan, dtype, out_shape = window
         w = plan.w
         # an empty output (a batch of 0): the native call writes nothing and allocates nothing
         work, divisor = (
@@ -147,26 +145,15 @@ class AveragePool(NativeKernel):
             return self.fallback(ctx)  # ops-basic's separable numpy passes need no such buffer
         ctx.set_output(0, dtype, out_shape)
         reads = math.prod(out_shape) * math.prod(w.kernel)
-        ctx.prepared = _AvgPlan(
+        ctx.prepared = _Plan(
             tuple(w.kernel), tuple(w.strides), tuple(w.dilations), (*w.begin, *w.end),
-            bool(plan.divisor.include_pad), reads >= PARALLEL_READS, work * F32.itemsize,
+            reads >= PARALLEL_READS, work * F32.itemsize, bool(plan.divisor.include_pad),
             divisor * F32.itemsize,
         )  # fmt: skip
 
-    def bind_native(
-        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
-    ) -> Callable[[], None]:
-        p: _AvgPlan = ctx.prepared
-        x, y = inputs[0], outputs[0]
-        if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
-            return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
-        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
-        ctx.reserve(
-            p.work_bytes * threads + p.divisor_bytes,
-            "the native work buffer (one per thread) and the divisor",
-        )
+    def native_call(self, x: Any, y: Any, p: _Plan, threads: int) -> Callable[[], None]:
         window = (p.kernel, p.strides, p.dilations, p.pads, p.include_pad, self.isa)
-        return _native.AvgPoolCall(x, y, *window, 0, -1, threads)  # arguments checked once
+        return _native.AvgPoolCall(x, y, *window, 0, -1, threads)
 
 
 def avg_work_floats(w: Any, x_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, int]:
