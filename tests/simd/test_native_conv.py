@@ -132,6 +132,10 @@ def test_values_and_split_independence(isa, g):
         (70, 7, 40, 5, 3),  # other strides: quads index each position
         (40, 12, 33, 3, 1),  # direct: wide positions (fewer tiles than rows of 16, 16, 1)
         (24, 5, 30, 3, 1),  # direct: row tiles of 16 and 14
+        # planes a multiple of 4 KiB apart: lanes buffers each output row
+        (80, 32, 32, 3, 1),  # quads, then a vector (rows of 11, 11, 10)
+        (70, 8, 128, 3, 1),  # quads, then 6 channels stored one by one
+        (72, 64, 64, 3, 2),  # strided, onto 32 x 32
     ],
 )
 def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
