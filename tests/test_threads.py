@@ -10,7 +10,7 @@ from onnx import helper
 
 import graphrt
 from graphrt import OpDef, OpKernel
-from tests._models import make_model, mlp, small_cnn, tensor
+from tests._models import init, make_model, mlp, small_cnn, tensor
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -103,3 +103,60 @@ def test_custom_kernel_registration_through_opdef():
     )
     x = np.ones(16, np.float32)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 2)
+
+
+class _MatmulSpy:
+    """numpy for graphrt_ops_basic.matmul, recording the width of each product it computes."""
+
+    def __init__(self) -> None:
+        self.widths: list[int] = []
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def matmul(self, a, b, out=None):
+        with self.lock:
+            self.widths.append(b.shape[-1])
+        return np.matmul(a, b, out=out)
+
+
+@pytest.mark.parametrize("op", ["Gemm", "MatMul"])
+def test_a_few_rows_split_their_columns_over_the_threads(op, monkeypatch):
+    """A batch-1 classifier layer (one matrix-vector product reading the whole weight) runs
+    as blocks of columns: the same bits on 1, 2 and 4 threads, the float64 values, and the
+    last block shorter.  ops-basic alone: its numpy product is the one that splits."""
+    from graphrt_ops_basic import matmul
+
+    spy = _MatmulSpy()
+    monkeypatch.setattr(matmul, "np", spy)
+    rng = np.random.default_rng(3)
+    k, n = 2048, 2 * matmul.COL_BLOCK + 276
+    w = rng.standard_normal((n, k) if op == "Gemm" else (k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    if op == "Gemm":  # Gemm + Relu: a FusedGemm in fast mode
+        nodes = [
+            helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+            helper.make_node("Relu", ["g"], ["y"]),
+        ]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    inits = [init("w", w), init("b", bias)]
+    model = make_model(nodes, [tensor("x", shape=[2, k])], [tensor("y", shape=[2, n])], inits)
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    if op == "Gemm":
+        want = np.maximum(x64 @ w.T.astype(np.float64) + bias, 0)
+    else:
+        want = x64 @ w.astype(np.float64)
+    results = []
+    for threads in (1, 2, 4):
+        spy.widths.clear()
+        sess = graphrt.Session(model, intra_op_threads=threads, plugins=["ops-basic"])
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+        results.append(got)
+        widths = spy.widths[-3:]
+        assert sorted(widths) == [276, matmul.COL_BLOCK, matmul.COL_BLOCK], spy.widths
+    for got in results[1:]:
+        np.testing.assert_array_equal(got.view(np.uint32), results[0].view(np.uint32))
