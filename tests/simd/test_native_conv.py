@@ -140,10 +140,11 @@ def test_values_and_split_independence(isa, g):
 )
 def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
     """More output channels per unit than the hypothesis geometries draw: the lanes kernel's
-    tiles of four and two channel vectors and the direct kernel's two tilings, with a residual
-    and Relu, against the float64 reference, with the same bits on one unit at a time and
-    (for a window within one depth block) the same bits from every kernel: each output is
-    the same chain of multiply-adds in any tile."""
+    tiles of four and two channel vectors, the direct kernel's two tilings and the pairs of
+    whole tiles (AVX-512: rows of 32 positions and more, whole or partial channel tiles),
+    with a residual and Relu, against the float64 reference, with the same bits on one unit
+    at a time and (for a window within one depth block) the same bits from every kernel: each
+    output is the same chain of multiply-adds in any tile."""
     path_or_skip(isa)
     c = 5
     out = [(h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1]
