@@ -413,8 +413,11 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
         ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
         ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
         ((512, 512, 7, 7, 1), (1, 1), "lanes"),
-        ((1024, 256, 14, 14, 1), (1, 1), "lanes"),  # 1x1, a deep input on a mid-size map
-        ((576, 96, 14, 14, 1), (1, 1), "stream"),  # ... but few outputs
+        ((1024, 256, 14, 14, 1), (1, 1), "packed"),  # 1x1, a deep input on a mid-size map
+        ((1024, 128, 14, 14, 1), (1, 1), "packed"),  # ... too deep to read x in place
+        ((768, 128, 14, 14, 1), (1, 1), "stream"),  # ... not too deep
+        ((576, 96, 14, 14, 1), (1, 1), "stream"),  # ... and few outputs
+        ((576, 192, 14, 14, 1), (1, 1), "packed"),  # ... not so few
         ((512, 1000, 13, 13, 1), (1, 1), "packed"),  # ... or very many (squeezenet's last)
         ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... or a shallower input
         ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window

@@ -38,22 +38,19 @@ constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
 constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
 constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
 constexpr int64_t LANES_MIN_DEPTH = 24;
-// Plain 1x1 kernels on mid-size maps with a deep input and a middling output count, where the
-// lanes kernel beat packed columns and the stream kernel on avx512 (bench/conv_micro.py
-// --kernels, 14 x 14: light_resnet50's 1024->256 lanes 2.43, packed 2.70 ms and 1024->512
-// 0.97, 1.06; light_inception_v2's 576->192 lanes 0.40, stream 0.44; light_densenet121's
-// 512..992->128 lanes 0.13-0.25, stream 0.14-0.27, below a depth of 512 a tie) but not with
-// 1000 outputs (light_squeezenet's 512->1000 on 13 x 13: packed 0.90, lanes 1.02) nor with 96
-// or fewer (576->96: stream 0.67, lanes 0.70).  Measured on avx512 only: avx2 keeps the rule
-// above until someone measures it.
-constexpr int64_t LANES_1X1_DEEP_MAX_POSITIONS = 196;
-constexpr int64_t LANES_1X1_DEEP_MIN_DEPTH = 512;
-constexpr int64_t LANES_1X1_DEEP_MIN_CHANNELS = 128;
-constexpr int64_t LANES_1X1_DEEP_MAX_CHANNELS = 512;
+// Plain 1x1 kernels on mid-size maps with a deep input: the stream kernel reads x's planes in
+// place up to this depth, packed columns from there on (avx512, bench/conv_micro.py --kernels
+// and 14 x 14 maps, since whole tiles run in pairs: 768->128 stream 177, packed 184, lanes 191
+// us; 992->128 stream 246, packed 234, lanes 244; 1024->256 packed 458, lanes 458, stream 493).
+// Channels in lanes no longer win there (before the pairs they did: 1024->256 lanes 2.43,
+// packed 2.70 ms for five).  avx2 keeps stream at any depth until someone measures it.
+constexpr int64_t STREAM_MAX_DEPTH_AVX512 = 768;
 // Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
 // stream kernel) instead of packing them: with more, the packed panel serves enough channel
-// tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms).
-constexpr int64_t STREAM_MAX_CHANNELS = 256;
+// tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms;
+// with whole tiles in pairs, on 14 x 14 maps: 576->160 stream 166, packed 169 us, 576->192
+// stream 209, packed 200).
+constexpr int64_t STREAM_MAX_CHANNELS = 192;
 
 // Bytes of packed weights per unit's chunk of output channels (see the constructor).
 constexpr int64_t DIRECT_CHUNK_BYTES = 384 * 1024;
@@ -480,13 +477,10 @@ private:
         // the direct kernel's row tiles: 4 * ow below this fills less than 3/4 of their lanes
         const int64_t cnr = isa_->cnr;
         const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
-        const bool deep_1x1 = std::strcmp(isa_->name, "avx512") == 0 &&
-                              positions <= LANES_1X1_DEEP_MAX_POSITIONS &&
-                              depth >= LANES_1X1_DEEP_MIN_DEPTH &&
-                              mg_ >= LANES_1X1_DEEP_MIN_CHANNELS &&
-                              mg_ <= LANES_1X1_DEEP_MAX_CHANNELS;
+        const bool too_deep_to_stream =
+            std::strcmp(isa_->name, "avx512") == 0 && depth > STREAM_MAX_DEPTH_AVX512;
         if (lanes_ok) {
-            if (one ? positions <= LANES_MAX_POSITIONS_1X1 || deep_1x1
+            if (one ? positions <= LANES_MAX_POSITIONS_1X1
                     : unit ? depth >= (s.ow % cnr ? LANES_MIN_DEPTH_UNIT
                                                   : LANES_MIN_DEPTH_WHOLE_ROWS) ||
                                  4 * s.ow < fill_quarters
@@ -495,7 +489,7 @@ private:
         }
         if (unit && !one) return DIRECT;
         if (one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w &&
-            mg_ < STREAM_MAX_CHANNELS)
+            mg_ < STREAM_MAX_CHANNELS && !too_deep_to_stream)
             return STREAM;
         return PACKED;
     }
