@@ -27,6 +27,11 @@ ROW_BLOCK = 64
 #: batch-1 classifier layer is one matrix-vector product that reads the whole weight from
 #: memory (light_bvlc_alexnet's 9216 x 4096: 4.1 ms on one thread, 2.9-3.0 in two halves).
 COL_BLOCK = 512
+#: Multiply-adds from which such a product is split by columns: its weight (6 MiB and more for
+#: one row) comes from memory, and two threads read it faster than one (2 threads, weights out
+#: of cache: light_resnet50's 2048 x 1000 head 276 -> 238 us, 4096 x 1000 540 -> 325; a 1024 x
+#: 1000 one, 1M, lost: 164 -> 176).
+COL_SPLIT_THRESHOLD = 3 << 19
 #: Below this many multiply-adds a product runs as one block (threads cost more than they save).
 PARALLEL_THRESHOLD = 1 << 21
 EXACT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -252,10 +257,10 @@ def _prepare(
     rows = out_shape[-2]
     work = int(np.prod(out_shape, dtype=np.int64)) * max(k, 1)
     blocks, by_columns = 1, False
-    if work >= PARALLEL_THRESHOLD and len(out_shape) == 2:
-        if rows > ROW_BLOCK:
-            blocks = -(-rows // ROW_BLOCK)
-        elif not ctx.exact and out_shape[-1] >= 2 * COL_BLOCK:
+    if work >= PARALLEL_THRESHOLD and len(out_shape) == 2 and rows > ROW_BLOCK:
+        blocks = -(-rows // ROW_BLOCK)
+    elif work >= COL_SPLIT_THRESHOLD and len(out_shape) == 2 and rows <= ROW_BLOCK:
+        if not ctx.exact and out_shape[-1] > COL_BLOCK:
             blocks, by_columns = -(-out_shape[-1] // COL_BLOCK), True
     dtype = ctx.dtype(0)
     nan_mask = tmp = None

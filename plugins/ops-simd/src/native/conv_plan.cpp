@@ -308,26 +308,32 @@ public:
                              ys1 = y.stride(1);
         const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
         threads = clamp_threads(threads);
-        // The packed kernel runs every channel tile over a unit's block of columns: a whole
-        // run merges each image and group's position blocks into one span per thread, so a
-        // weight larger than L2 streams once per thread, not once per block, and more tiles
-        // run in pairs (light_squeezenet's 512->1000 on 13 x 13: four blocks of 48 positions,
-        // 2 MiB of weights).  An output's arithmetic does not depend on its tile's block.
-        const int64_t spans = mode_ == PACKED && u0 == 0 && u1 == units()
-                                  ? std::min<int64_t>(pblocks_, threads)
+        // A whole run re-cuts each image, group and channel chunk's positions into one span of
+        // tiles per thread (in pairs of tiles, as the micro-kernels pair them) where the
+        // positions are the outer loop (packed, stream, direct): the plan's blocks (up to
+        // CONV_NCB positions, at least four units) left one thread 8 tiles of a 14 x 14 map's
+        // 13 and the other 5, and the packed kernel streamed the whole weight once per block
+        // (light_squeezenet's 512->1000 on 13 x 13: four blocks of 48 positions, 2 MiB).  An
+        // output's arithmetic does not depend on its tile's unit, so neither do the bits.
+        const int64_t spans = mode_ != LANES && u0 == 0 && u1 == units()
+                                  ? std::min<int64_t>(ptiles_, threads)
                                   : 0;
+        const int64_t pairs = (ptiles_ + 1) / 2;
+        auto span_tile = [&](int64_t k) {  // the first tile of span k
+            return k >= spans ? ptiles_ : std::min(ptiles_, 2 * (k * pairs / spans));
+        };
         const int64_t count = spans ? units() / pblocks_ * spans : u1 - u0;
         nb::gil_scoped_release nogil;
         NativePool::get().run(count, threads, [&](int64_t i) {
             float* block = mode_ == PACKED || (mode_ == STREAM && !stream) ? conv_block() : nullptr;
             int64_t rest = spans ? i / spans : u0 + i;
-            int64_t b0 = 0, b1 = 0;  // the unit's position blocks [b0, b1)
+            int64_t p0 = 0, p1 = 0;  // the unit's position tiles [p0, p1)
             if (spans) {
-                b0 = i % spans * pblocks_ / spans;
-                b1 = (i % spans + 1) * pblocks_ / spans;
+                p0 = span_tile(i % spans);
+                p1 = span_tile(i % spans + 1);
             } else {
-                b0 = rest % pblocks_;
-                b1 = b0 + 1;
+                p0 = rest % pblocks_ * ptile_step_;
+                p1 = std::min(p0 + ptile_step_, ptiles_);
                 rest /= pblocks_;
             }
             const int64_t mc = rest % mchunks_;
@@ -335,7 +341,6 @@ public:
             const int64_t g = rest % group_, img = rest / group_;
             const int64_t t0 = mc * tiles_ / mchunks_, t1 = (mc + 1) * tiles_ / mchunks_;
             const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
-            const int64_t p0 = b0 * ptile_step_, p1 = std::min(b1 * ptile_step_, ptiles_);
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
             const float* bg = pb ? pb + g * mg_ : nullptr;
