@@ -132,6 +132,8 @@ def test_values_and_split_independence(isa, g):
         (70, 7, 40, 5, 3),  # other strides: quads index each position
         (40, 12, 33, 3, 1),  # direct: wide positions (fewer tiles than rows of 16, 16, 1)
         (24, 5, 30, 3, 1),  # direct: row tiles of 16 and 14
+        (40, 5, 16, 3, 1),  # direct: rows of one whole tile, paired with the next row's
+        (24, 4, 48, 3, 1),  # direct: a row's third tile paired with the next row's first
         # planes a multiple of 4 KiB apart: lanes buffers each output row
         (80, 32, 32, 3, 1),  # quads, then a vector (rows of 11, 11, 10)
         (70, 8, 128, 3, 1),  # quads, then 6 channels stored one by one
