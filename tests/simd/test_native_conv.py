@@ -423,8 +423,8 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
         ((512, 1000, 13, 13, 1), (1, 1), "packed"),  # ... or very many (squeezenet's last)
         ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... or a shallower input
         ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
-        ((3, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 27 (squeezenet's first)
-        ((2, 64, 224, 224, 3), (2, 2), "packed"),  # strided, a very shallow window (18)
+        ((4, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 36
+        ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)
     ],
 )
 def test_auto_kernel_choice(shape, strides, want):

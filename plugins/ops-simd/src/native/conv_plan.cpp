@@ -31,13 +31,15 @@ namespace {
 // direct kernel still wins on rows of whole tiles (small_cnn's 16->32 with Relu, rows of 16:
 // direct 13.5, lanes 14.5 us; deeper than 256 untried: lanes), the least fill of the direct
 // kernel's row tiles (in quarters) below which lanes run shallow windows too (7 x 7 maps fill
-// 7 of 16 lanes), and the depth from which it beat packing columns for strided ones
-// (light_squeezenet's 3x3/2 3->64 on 224 x 224, a depth of 27: lanes 0.30, packed 0.34 ms).
+// 7 of 16 lanes), and the depth from which it beats packing columns for strided ones
+// (light_squeezenet's 3x3/2 3->64 on 224 x 224, a depth of 27: lanes 0.30, packed 0.34 ms
+// once; since packed tiles pair and stride-2 columns are copied by vectors, packed 0.253,
+// lanes 0.264 ms, the model 0.98x: 27 is now below the bound).
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
 constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
 constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
 constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
-constexpr int64_t LANES_MIN_DEPTH = 24;
+constexpr int64_t LANES_MIN_DEPTH = 32;
 // Plain 1x1 kernels on mid-size maps with a deep input: the stream kernel reads x's planes in
 // place up to this depth, packed columns from there on (avx512, bench/conv_micro.py --kernels
 // and 14 x 14 maps, since whole tiles run in pairs: 768->128 stream 177, packed 184, lanes 191
