@@ -172,6 +172,34 @@ def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
         np.testing.assert_array_equal(bits(y), bits(results[0]), err_msg=kernel)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("m", [128, 80])
+def test_deep_windows_run_quads_in_depth_blocks(stride, m):
+    """A window too deep for four channel vectors' weights in the lanes kernel's budget (350
+    channels x 3 x 3: 3150 steps, two blocks) runs its quads in depth blocks, the partial
+    sums kept between them (chunks of four channel vectors; with 80 channels the fifth runs
+    whole): the float64 values, and the same bits as one unit at a time and as the direct
+    kernel (the whole depth in registers), since each output's chain of multiply-adds is
+    unchanged."""
+    path_or_skip("avx512")
+    c, h, w, k = 350, 6, 20, 3
+    out = [(h + 2 - k) // stride + 1, (w + 2 - k) // stride + 1]
+    g = dict(group=1, strides=[stride] * 2, dilations=[1, 1], pads=[1, 1], out=out, act="relu")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, c, h, w)).astype(F32)
+    wt = rng.standard_normal((m, c, k, k)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    z = rng.standard_normal((1, m, *out)).astype(F32)
+    want = np.maximum(reference(x, wt, b, 1, g["strides"], [1, 1], [1, 1], out) + z, 0)
+    lanes = _run("avx512", g, x, wt, b, split=False, kernel="lanes", z=z)
+    np.testing.assert_allclose(lanes, want, rtol=1e-4, atol=1e-3 * c)
+    split = _run("avx512", g, x, wt, b, split=True, kernel="lanes", z=z)
+    np.testing.assert_array_equal(bits(split), bits(lanes))
+    if stride == 1:
+        direct = _run("avx512", g, x, wt, b, split=False, kernel="direct", z=z)
+        np.testing.assert_array_equal(bits(direct), bits(lanes))
+
+
 @pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(
     "n, c, m, h, w, group",

@@ -136,8 +136,18 @@ public:
         // tiles, 512->512: two) still stays in a 1 MiB L2.
         const int64_t budget = mode_ == LANES ? LANES_CHUNK_BYTES : DIRECT_CHUNK_BYTES;
         const int64_t fit = (budget / 4) / (k_ * cmr);
-        const int64_t per_chunk =
-            mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
+        int64_t per_chunk = mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
+        lanes_kb_ = k_;
+        if (mode_ == LANES && fit < 4 && tiles_ >= 4 &&
+            !LanesTiling(s.oh, s.ow, isa_->crt).narrow) {
+            // A window too deep for four channel tiles in the budget (3x3 512->512: 4608
+            // steps, 1.2 MiB) ran in pairs, with 9 loads per 14 multiply-adds against a quad's
+            // 10 per 24; now quads run the depth in equal blocks whose weights fit it.
+            const int64_t steps = (budget / 4) / (4 * cmr);
+            const int64_t blocks = (k_ + steps - 1) / steps;
+            lanes_kb_ = (k_ + blocks - 1) / blocks;
+            per_chunk = quad_chunk_ = 4;  // chunks of four tiles (the last one what is left)
+        }
         if (mode_ == STREAM) {  // one row of h * w positions; tap row ch is x's plane ch
             DirectShape& d = direct_shape_;
             d = DirectShape{s.c, 1, s.h * s.w, 1, 1, 0, 0, 1, s.h * s.w, 1, s.h * s.w, 0,
@@ -341,7 +351,9 @@ public:
             const int64_t mc = rest % mchunks_;
             rest /= mchunks_;
             const int64_t g = rest % group_, img = rest / group_;
-            const int64_t t0 = mc * tiles_ / mchunks_, t1 = (mc + 1) * tiles_ / mchunks_;
+            const int64_t t0 = quad_chunk_ ? mc * quad_chunk_ : mc * tiles_ / mchunks_;
+            const int64_t t1 = quad_chunk_ ? std::min(t0 + quad_chunk_, tiles_)
+                                           : (mc + 1) * tiles_ / mchunks_;
             const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
@@ -357,8 +369,7 @@ public:
             if (mode_ == LANES) {
                 const DirectShape& d = direct_shape_;
                 isa_->conv_lanes(s, d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                 m1, p0, p1, yg, zg, ys1, bg,
-                                 act);
+                                 m1, p0, p1, yg, zg, ys1, bg, act, lanes_kb_);
                 return;
             }
             const float* xg = px + img * xs0 + g * s.c * xs1;
@@ -444,6 +455,8 @@ private:
     std::vector<int64_t> offs_;
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
+    int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
+    int64_t quad_chunk_ = 0;  // tiles per chunk where quads run in depth blocks (0: even split)
     enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
 
     // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot

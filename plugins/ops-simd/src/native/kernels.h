@@ -147,11 +147,12 @@ struct IsaKernels {
     bool conv_lanes_ok;
     // Output channels [m0, m1) (m0 a multiple of cmr) and position tiles [t0, t1) (LanesTiling;
     // any strides) from the staged planes (d: their geometry): one vector of cmr channels per
-    // position, taps broadcast from staged + offs[kk] + each position's offset.
+    // position, taps broadcast from staged + offs[kk] + each position's offset; groups of four
+    // channel vectors run the depth in blocks of kb steps (k: whole).
     void (*conv_lanes)(const ConvShape& s, const DirectShape& d, const float* staged,
                        const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
                        int64_t t0, int64_t t1, float* y, const float* z, std::ptrdiff_t ldy,
-                       const float* bias, int act);
+                       const float* bias, int act, int64_t kb);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the
     // output extents); g: the row layout (its divisor unused); work holds
