@@ -154,10 +154,17 @@ def best_of(fns: list[Callable[[], object]], repeat: int) -> list[float]:
 NATIVE_KERNELS = ("packed", "direct", "lanes", "stream")
 
 
+def chosen_layers(args: argparse.Namespace) -> dict[str, tuple[tuple[int, ...], int]]:
+    """The model's layers (or the built-in ones) whose names contain one of --layers."""
+    layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
+    wanted = [s for s in args.layers.split(",") if s]
+    return {k: v for k, v in layers.items() if not wanted or any(s in k for s in wanted)}
+
+
 def compare_kernels(args: argparse.Namespace) -> None:
     """Each native kernel (direct and stream where the geometry allows, lanes where the ISA has
     it)."""
-    layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
+    layers = chosen_layers(args)
     print("| layer | count | packed ms | direct ms | lanes ms | stream ms | auto picks |")
     print("|---|---|---|---|---|---|---|")
     for name, (shape, count) in layers.items():
@@ -194,8 +201,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.kernels:
         return compare_kernels(args)
-    wanted = [s for s in args.layers.split(",") if s]
-    layers = model_layers(args.model) if args.model else {k: (v, 1) for k, v in LAYERS.items()}
+    layers = chosen_layers(args)
     threadpool_limits(limits=1, user_api="blas")
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -207,8 +213,6 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     totals = np.zeros(4)
     for name, (shape, count) in layers.items():
-        if wanted and not any(s in name for s in wanted):
-            continue
         model, node, w, b = conv_model(*shape)
         x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
         x = x.astype(np.float32)
