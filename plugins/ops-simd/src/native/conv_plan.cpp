@@ -326,13 +326,20 @@ public:
         // CONV_NCB positions, at least four units) left one thread 8 tiles of a 14 x 14 map's
         // 13 and the other 5, and the packed kernel streamed the whole weight once per block
         // (light_squeezenet's 512->1000 on 13 x 13: four blocks of 48 positions, 2 MiB).  An
-        // output's arithmetic does not depend on its tile's unit, so neither do the bits.
-        const int64_t spans = mode_ != LANES && u0 == 0 && u1 == units()
-                                  ? std::min<int64_t>(ptiles_, threads)
-                                  : 0;
+        // output's arithmetic does not depend on its tile's unit, so neither do the bits.  The
+        // lanes kernel keeps blocks of about the plan's size (its channel groups are the outer
+        // loop: a block's image stays in cache for each), but as many as a multiple of the
+        // threads, of equal size (13 blocks of 18 tiles left one of two threads 7).
+        const bool whole = u0 == 0 && u1 == units();
+        const bool lanes = mode_ == LANES;
+        const int64_t spans =
+            !whole ? 0
+            : lanes ? std::min<int64_t>(ptiles_, (pblocks_ + threads - 1) / threads * threads)
+                    : std::min<int64_t>(ptiles_, threads);
         const int64_t pairs = (ptiles_ + 1) / 2;
         auto span_tile = [&](int64_t k) {  // the first tile of span k
-            return k >= spans ? ptiles_ : std::min(ptiles_, 2 * (k * pairs / spans));
+            if (k >= spans) return ptiles_;
+            return lanes ? k * ptiles_ / spans : std::min(ptiles_, 2 * (k * pairs / spans));
         };
         const int64_t count = spans ? units() / pblocks_ * spans : u1 - u0;
         nb::gil_scoped_release nogil;
