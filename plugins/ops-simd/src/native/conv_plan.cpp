@@ -146,7 +146,7 @@ public:
             const int64_t steps = (budget / 4) / (4 * cmr);
             const int64_t blocks = (k_ + steps - 1) / steps;
             lanes_kb_ = (k_ + blocks - 1) / blocks;
-            per_chunk = quad_chunk_ = 4;  // chunks of four tiles (the last one what is left)
+            per_chunk = 4;  // chunks of four tiles (the last one what is left)
         }
         if (mode_ == STREAM) {  // one row of h * w positions; tap row ch is x's plane ch
             DirectShape& d = direct_shape_;
@@ -358,9 +358,10 @@ public:
             const int64_t mc = rest % mchunks_;
             rest /= mchunks_;
             const int64_t g = rest % group_, img = rest / group_;
-            const int64_t t0 = quad_chunk_ ? mc * quad_chunk_ : mc * tiles_ / mchunks_;
-            const int64_t t1 = quad_chunk_ ? std::min(t0 + quad_chunk_, tiles_)
-                                           : (mc + 1) * tiles_ / mchunks_;
+            // chunks of four tiles where quads run in depth blocks, else an even split
+            const bool quads = lanes_kb_ < k_;
+            const int64_t t0 = quads ? mc * 4 : mc * tiles_ / mchunks_;
+            const int64_t t1 = quads ? std::min(t0 + 4, tiles_) : (mc + 1) * tiles_ / mchunks_;
             const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
@@ -463,7 +464,6 @@ private:
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
     int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
-    int64_t quad_chunk_ = 0;  // tiles per chunk where quads run in depth blocks (0: even split)
     enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
 
     // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
