@@ -237,6 +237,25 @@ def test_run_takes_the_default_models_name_and_explains_its_constant_output(caps
     assert "every weight is 0.02" in out and "0.001 each" in out
 
 
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """`graphrt ops | head -1` printed a BrokenPipeError traceback once head had its line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write fails
+    code = "import sys; from graphrt.cli import main; sys.exit(main(['-q', 'ops']))"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 141
+
+
 def test_an_unknown_model_name_lists_the_shipped_ones(capsys):
     assert main(["run", "light_nothing", "-q"]) == 2
     err = capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 Results go to stdout; progress messages go to stderr (``-q`` silences them).  User errors print
 ``graphrt: error: <message>`` on stderr and exit with status 2; ``graphrt check`` exits 1 when the
-model cannot run in fast mode.
+model cannot run in fast mode; a closed stdout (``graphrt ops | head``) exits 141 without a trace.
 """
 
 from __future__ import annotations
@@ -580,6 +580,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphrt: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`graphrt ops | head`): stop quietly, as a shell tool would,
+        # and point stdout at /dev/null so the interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     finally:
         warnings.showwarning = previous
 
