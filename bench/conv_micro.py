@@ -4,6 +4,7 @@
     .venv/bin/python bench/conv_micro.py --repeat 200 --layers 3x3,1x1
     .venv/bin/python bench/conv_micro.py --model light_squeezenet   # every conv of a model
     .venv/bin/python bench/conv_micro.py --model light_resnet50 --kernels  # each native kernel
+    .venv/bin/python bench/conv_micro.py --model light_resnet50 --isa avx2  # a path the CPU has
 
 One intra-op thread on both sides and numpy's BLAS held to one thread (threadpoolctl).  For each
 layer it prints the best time of: ops-basic's bound numpy kernel step (what a plan's run loop
@@ -102,17 +103,35 @@ def model_layers(name: str) -> dict[str, tuple[tuple[int, ...], int]]:
     return found
 
 
-def native_kernel(
-    shape: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarray, kernel: str = "auto"
-):
-    """The ops-simd native convolution on the best ISA, staged and run (None without it)."""
+def native_isa(wanted: str | None) -> str | None:
+    """The ISA the native columns use: --isa, else the best the CPU has (None without ops-simd)."""
     try:
         from graphrt_ops_simd import _native
     except ImportError:
         return None
+    have = _native.available_isas()
+    if wanted is not None and wanted not in have:
+        raise SystemExit(f"--isa {wanted}: this CPU has {', '.join(have)}")
+    return wanted or have[-1]
+
+
+def native_kernel(
+    shape: tuple[int, ...],
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray,
+    kernel: str = "auto",
+    isa: str | None = None,
+):
+    """The ops-simd native convolution on `isa` (default the best), staged and run (None
+    without it)."""
+    isa = native_isa(isa)
+    if isa is None:
+        return None
+    from graphrt_ops_simd import _native
+
     _, size, cout, k, s, p, group = shape
     out = (size + 2 * p - k) // s + 1
-    isa = _native.available_isas()[-1]
     plan = _native.conv_plan(
         w, group, list(x.shape), [s, s], [1, 1], [p, p], [out, out], isa, kernel
     )
@@ -174,7 +193,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
         runs = {}
         for kernel in NATIVE_KERNELS:
             try:
-                found = native_kernel(shape, x, w, b, kernel)
+                found = native_kernel(shape, x, w, b, kernel, args.isa)
             except ValueError:  # not for these strides, or not on this ISA
                 continue
             if found is None:
@@ -184,7 +203,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
         cells = [f"{times[k] * count:.3f}" if k in times else "-" for k in NATIVE_KERNELS]
         from graphrt_ops_simd import _native
 
-        isa = _native.available_isas()[-1]
+        isa = native_isa(args.isa)
         out = (shape[1] + 2 * shape[5] - shape[3]) // shape[4] + 1
         plan = _native.conv_plan(
             w, shape[6], list(x.shape), [shape[4]] * 2, [1, 1], [shape[5]] * 2, [out, out], isa
@@ -198,6 +217,9 @@ def main() -> None:
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
     parser.add_argument("--model", help="every Conv of this light model (e.g. light_resnet50)")
     parser.add_argument("--kernels", action="store_true", help="time each native kernel")
+    parser.add_argument(
+        "--isa", help="the native kernel path (default the best the CPU has; avx2 on AVX-512)"
+    )
     args = parser.parse_args()
     if args.kernels:
         return compare_kernels(args)
@@ -217,8 +239,8 @@ def main() -> None:
         x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
         x = x.astype(np.float32)
         step, y = bound_kernel(node, x, w, b)
-        native = native_kernel(shape, x, w, b)
-        sess = graphrt.Session(model, intra_op_threads=1)
+        native = native_kernel(shape, x, w, b, isa=args.isa)
+        sess = graphrt.Session(model, intra_op_threads=1, kernel_path=args.isa)
         out = {"y": np.empty(y.shape, np.float32)}
         osess = ort.InferenceSession(
             model.SerializeToString(), so, providers=["CPUExecutionProvider"]
