@@ -96,7 +96,7 @@ def kernels_for(isa: str, g: dict) -> list[str]:
         plain = tuple(g["w_shape"][2:]) == (1, 1) and tuple(g["pads"]) == (0, 0)
         if plain and tuple(g["out"]) == tuple(g["x_shape"][2:]):
             kernels.append("stream")
-    if isa != "scalar" and isa != "avx2":  # channels in lanes: one vector of cmr channels
+    if isa != "scalar":  # channels in lanes: one vector of channels (8 on avx2, 16 on avx512)
         kernels.append("lanes")
     return kernels
 
@@ -160,7 +160,7 @@ def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
     want = reference(x, wt, b, 1, g["strides"], g["dilations"], g["pads"], out) + z
     want = np.maximum(want, 0)
     kernels = ["packed", *(["direct"] if stride == 1 else [])]
-    kernels += ["lanes"] if isa == "avx512" else []
+    kernels += ["lanes"] if isa != "scalar" else []
     results = []
     for kernel in kernels:
         whole = _run(isa, g, x, wt, b, split=False, kernel=kernel, z=z)
@@ -172,17 +172,19 @@ def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
         np.testing.assert_array_equal(bits(y), bits(results[0]), err_msg=kernel)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("m", [128, 80])
-def test_deep_windows_run_quads_in_depth_blocks(stride, m):
+def test_deep_windows_run_quads_in_depth_blocks(isa, stride, m):
     """A window too deep for four channel vectors' weights in the lanes kernel's budget (350
-    channels x 3 x 3: 3150 steps, two blocks) runs its quads in depth blocks, the partial
-    sums kept between them (chunks of four channel vectors; with 80 channels the fifth runs
-    whole): the float64 values, and the same bits as one unit at a time and as the direct
-    kernel (the whole depth in registers), since each output's chain of multiply-adds is
-    unchanged."""
-    path_or_skip("avx512")
-    c, h, w, k = 350, 6, 20, 3
+    channels x 3 x 3: 3150 steps, two blocks on avx512) runs its quads (avx2: pairs of 8
+    channels, deeper still to need blocks) in depth blocks, the partial sums kept between
+    them (chunks of four channel vectors; with 80 channels the fifth runs whole): the float64
+    values, and the same bits as one unit at a time and as the direct kernel (the whole depth
+    in registers), since each output's chain of multiply-adds is unchanged."""
+    path_or_skip(isa)
+    # avx2's pairs hold 2 x 8 channels' weights: blocks from 768 KiB / 64 B = 12288 steps
+    c, h, w, k = (350, 6, 20, 3) if isa == "avx512" else (1400, 4, 12, 3)
     out = [(h + 2 - k) // stride + 1, (w + 2 - k) // stride + 1]
     g = dict(group=1, strides=[stride] * 2, dilations=[1, 1], pads=[1, 1], out=out, act="relu")
     rng = np.random.default_rng(7)
@@ -191,12 +193,12 @@ def test_deep_windows_run_quads_in_depth_blocks(stride, m):
     b = rng.standard_normal(m).astype(F32)
     z = rng.standard_normal((1, m, *out)).astype(F32)
     want = np.maximum(reference(x, wt, b, 1, g["strides"], [1, 1], [1, 1], out) + z, 0)
-    lanes = _run("avx512", g, x, wt, b, split=False, kernel="lanes", z=z)
+    lanes = _run(isa, g, x, wt, b, split=False, kernel="lanes", z=z)
     np.testing.assert_allclose(lanes, want, rtol=1e-4, atol=1e-3 * c)
-    split = _run("avx512", g, x, wt, b, split=True, kernel="lanes", z=z)
+    split = _run(isa, g, x, wt, b, split=True, kernel="lanes", z=z)
     np.testing.assert_array_equal(bits(split), bits(lanes))
     if stride == 1:
-        direct = _run("avx512", g, x, wt, b, split=False, kernel="direct", z=z)
+        direct = _run(isa, g, x, wt, b, split=False, kernel="direct", z=z)
         np.testing.assert_array_equal(bits(direct), bits(lanes))
 
 
@@ -464,6 +466,33 @@ def test_auto_kernel_choice(shape, strides, want):
     plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, "avx512")
     assert plan.kernel == want
     assert plan.staged == (want in ("direct", "lanes"))
+
+
+@pytest.mark.parametrize(
+    "shape, strides, want",
+    [
+        ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a window 576 deep
+        ((256, 256, 14, 14, 3), (1, 1), "lanes"),
+        ((512, 512, 7, 7, 3), (1, 1), "lanes"),
+        ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400
+        ((32, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 288
+        ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a depth of 144
+        ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
+        ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
+        ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed, never x in place (stream)
+        ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # ... nor channels in lanes
+        ((1024, 2048, 14, 14, 1), (2, 2), "packed"),
+    ],
+)
+def test_auto_kernel_choice_avx2(shape, strides, want):
+    """avx2's own measured rules (conv_plan.cpp): 8-channel lanes for windows above 1x1 from
+    a depth of 400 (strided: 32), packed columns for every 1x1 kernel."""
+    path_or_skip("avx2")
+    c, m, h, w, k = shape
+    out = [(h + 2 * (k // 2) - k) // strides[0] + 1, (w + 2 * (k // 2) - k) // strides[1] + 1]
+    wt = np.ones((m, c, k, k), F32)
+    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, "avx2")
+    assert plan.kernel == want
 
 
 def test_refusals():

@@ -40,6 +40,18 @@ constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
 constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
 constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
 constexpr int64_t LANES_MIN_DEPTH = 32;
+// avx2 (8 channels per lanes tile, pairs of them on rows in equal pieces of at most 5;
+// bench/conv_micro.py --kernels --isa avx2, every layer of light_resnet50, light_inception_v1
+// and light_squeezenet, Zen 4): channels in lanes for windows above 1x1 at least 400 deep
+// with unit strides (3x3 256->256 on 14 x 14: lanes 2.22, direct 2.41 ms; 64->64 on 56 x 56,
+// 576 deep: 2.36, 2.51; 5x5 16->32 on 27 x 27, 400: 0.193, 0.226; but 3x3 32->128 on 27 x 27,
+// 288: 1.14 against the direct kernel's 1.11, 16->64 on 55 x 55, 144: 1.25, 1.13) and for
+// strided windows of the avx512 bound (7x7/2 3->64, 147 deep: 2.62, packed 2.80; 3x3/2 3->64,
+// 27 deep: 0.81, packed 0.56); 1x1 kernels pack their columns (on 7 x 7 maps lanes lost,
+// 512->2048: 1.46 against 1.27 ms) and never read x in place: stream lost to packed columns on
+// every 1x1 layer (256->128 on 56 x 56: 2.71 against 2.03 ms), since the 6-channel tiles share
+// a packed panel well.
+constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
 // Plain 1x1 kernels on mid-size maps with a deep input: the stream kernel reads x's planes in
 // place up to this depth, packed columns from there on (avx512, bench/conv_micro.py --kernels
 // and 14 x 14 maps, since whole tiles run in pairs: 768->128 stream 177, packed 184, lanes 191
@@ -121,13 +133,16 @@ public:
         bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
-        const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
+        mode_ = choose_mode(kernel);
+        // the lanes kernel's channel tiles are one vector (avx2: 8 channels, not the 6 rows of
+        // the micro-tile)
+        cmr_ = mode_ == LANES ? isa_->lmr : isa_->cmr;
+        const int64_t cmr = cmr_, cnr = isa_->cnr;
         tiles_ = (mg_ + cmr - 1) / cmr;
         per_group_ = mul(mul(tiles_, cmr, "the packed weight"), k_, "the packed weight");
         bounded(mul(per_group_, group_, "the packed weight"), MAX_FLOATS, "the packed weight");
         bounded(mul(m_, k_, "the weight"), MAX_FLOATS, "the weight");
         pack_weight(w);
-        mode_ = choose_mode(kernel);
         // The direct and lanes kernels run the whole depth per tile: the output channels of a
         // unit are a chunk of the packed weight that stays in L2 (384 KiB).  The packed path
         // blocks the depth itself, and a second chunk would pack the same columns again.
@@ -138,15 +153,17 @@ public:
         const int64_t fit = (budget / 4) / (k_ * cmr);
         int64_t per_chunk = mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
         lanes_kb_ = k_;
-        if (mode_ == LANES && fit < 4 && tiles_ >= 4 &&
+        const int64_t multi = isa_->lanes_multi;
+        if (mode_ == LANES && fit < multi && tiles_ >= multi &&
             !LanesTiling(s.oh, s.ow, isa_->crt).narrow) {
             // A window too deep for four channel tiles in the budget (3x3 512->512: 4608
             // steps, 1.2 MiB) ran in pairs, with 9 loads per 14 multiply-adds against a quad's
-            // 10 per 24; now quads run the depth in equal blocks whose weights fit it.
-            const int64_t steps = (budget / 4) / (4 * cmr);
+            // 10 per 24; now quads (avx2: pairs) run the depth in equal blocks whose weights
+            // fit it.
+            const int64_t steps = (budget / 4) / (multi * cmr);
             const int64_t blocks = (k_ + steps - 1) / steps;
             lanes_kb_ = (k_ + blocks - 1) / blocks;
-            per_chunk = 4;  // chunks of four tiles (the last one what is left)
+            per_chunk = multi;  // chunks of `multi` tiles (the last one what is left)
         }
         if (mode_ == STREAM) {  // one row of h * w positions; tap row ch is x's plane ch
             DirectShape& d = direct_shape_;
@@ -318,7 +335,7 @@ public:
         float* py = static_cast<float*>(y.data());
         const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), ys0 = y.stride(0),
                              ys1 = y.stride(1);
-        const int64_t cmr = isa_->cmr, cnr = isa_->cnr;
+        const int64_t cmr = cmr_, cnr = isa_->cnr;
         threads = clamp_threads(threads);
         // A whole run re-cuts each image, group and channel chunk's positions into one span of
         // tiles per thread (in pairs of tiles, as the micro-kernels pair them) where the
@@ -358,10 +375,12 @@ public:
             const int64_t mc = rest % mchunks_;
             rest /= mchunks_;
             const int64_t g = rest % group_, img = rest / group_;
-            // chunks of four tiles where quads run in depth blocks, else an even split
+            // chunks of `multi` tiles where quads run in depth blocks, else an even split
             const bool quads = lanes_kb_ < k_;
-            const int64_t t0 = quads ? mc * 4 : mc * tiles_ / mchunks_;
-            const int64_t t1 = quads ? std::min(t0 + 4, tiles_) : (mc + 1) * tiles_ / mchunks_;
+            const int64_t multi = isa_->lanes_multi;
+            const int64_t t0 = quads ? mc * multi : mc * tiles_ / mchunks_;
+            const int64_t t1 =
+                quads ? std::min(t0 + multi, tiles_) : (mc + 1) * tiles_ / mchunks_;
             const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
@@ -435,7 +454,8 @@ private:
             pw = dense.data();
         }
         for (int64_t g = 0; g < group_; ++g)
-            isa_->conv_pack_w(mg_, k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
+            (mode_ == LANES ? isa_->conv_pack_w_lanes : isa_->conv_pack_w)(
+                mg_, k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
     }
 
     void check_x(const InArray& x) const {
@@ -462,6 +482,7 @@ private:
     DirectShape direct_shape_{};
     std::vector<int64_t> offs_;
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
+    int64_t cmr_ = 1;  // output channels per tile of the packed weight (the kernel's)
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
     int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
     enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
@@ -506,6 +527,11 @@ private:
         const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
         const bool too_deep_to_stream =
             std::strcmp(isa_->name, "avx512") == 0 && depth > STREAM_MAX_DEPTH_AVX512;
+        if (lanes_ok && isa_->lmr < 16) {  // avx2: tiles of 8 channels, rules of its own
+            if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
+                return LANES;
+            return unit && !one ? DIRECT : PACKED;
+        }
         if (lanes_ok) {
             if (one ? positions <= LANES_MAX_POSITIONS_1X1
                     : unit ? depth >= (s.ow % cnr ? LANES_MIN_DEPTH_UNIT

@@ -145,10 +145,14 @@ struct IsaKernels {
                         int act);
     // Whether conv_lanes runs on this ISA (its channel tile is one vector).
     bool conv_lanes_ok;
-    // Output channels [m0, m1) (m0 a multiple of cmr) and position tiles [t0, t1) (LanesTiling;
-    // any strides) from the staged planes (d: their geometry): one vector of cmr channels per
-    // position, taps broadcast from staged + offs[kk] + each position's offset; groups of four
-    // channel vectors run the depth in blocks of kb steps (k: whole).
+    int lmr;          // output channels per channels-in-lanes tile (one vector; its packing)
+    int lanes_multi;  // channel vectors conv_lanes runs together on wide rows (quads: 4)
+    // w packed for conv_lanes: conv_pack_w's layout with lmr rows per tile.
+    void (*conv_pack_w_lanes)(int64_t m, int64_t k, const float* w, float* dst);
+    // Output channels [m0, m1) (m0 a multiple of lmr) and position tiles [t0, t1) (LanesTiling;
+    // any strides) from the staged planes (d: their geometry): one vector of lmr channels per
+    // position, taps broadcast from staged + offs[kk] + each position's offset; groups of
+    // lanes_multi channel vectors run the depth in blocks of kb steps (k: whole).
     void (*conv_lanes)(const ConvShape& s, const DirectShape& d, const float* staged,
                        const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
                        int64_t t0, int64_t t1, float* y, const float* z, std::ptrdiff_t ldy,

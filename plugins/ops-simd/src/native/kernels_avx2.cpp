@@ -19,7 +19,9 @@ constexpr int ER = 4;
 constexpr int EU = 2;
 // Conv: 6 x 16 tiles as the GEMM (12 accumulators).
 constexpr int CMR = 6;
-constexpr int CRT = 8;  // positions per channels-in-lanes conv tile
+// positions per channels-in-lanes conv tile: rows up to 24 wide are one tile, run in equal
+// pieces of at most 6 (13: 5, 5, 3; 14: 5, 5, 4) by pairs of channel vectors (12 accumulators)
+constexpr int CRT = 24;
 constexpr int CNR = 16;
 
 GRAPHRT_SIMD_X86_VEC(__m256, 8, _mm256);
