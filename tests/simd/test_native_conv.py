@@ -431,68 +431,61 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
     assert len(runs) <= 1
 
 
+#: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
+AUTO_CHOICES_AVX512 = [
+    ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window
+    ((8, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
+    ((16, 64, 56, 56, 3), (1, 1), "lanes"),  # a depth of 144
+    ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map, a deep window
+    ((3, 16, 32, 32, 3), (1, 1), "direct"),  # small_cnn's layers: rows of whole tiles
+    ((16, 32, 16, 16, 3), (1, 1), "direct"),
+    ((16, 32, 15, 15, 3), (1, 1), "lanes"),  # the same depth on rows of 15 of 16 lanes
+    ((16, 32, 7, 7, 3), (1, 1), "lanes"),  # a shallow window on rows of 7 of 16 lanes
+    ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
+    ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
+    ((512, 512, 7, 7, 1), (1, 1), "lanes"),
+    ((1024, 256, 14, 14, 1), (1, 1), "packed"),  # 1x1, a deep input on a mid-size map
+    ((1024, 128, 14, 14, 1), (1, 1), "packed"),  # ... too deep to read x in place
+    ((768, 128, 14, 14, 1), (1, 1), "stream"),  # ... not too deep
+    ((576, 96, 14, 14, 1), (1, 1), "stream"),  # ... and few outputs
+    ((576, 192, 14, 14, 1), (1, 1), "packed"),  # ... not so few
+    ((512, 1000, 13, 13, 1), (1, 1), "packed"),  # ... or very many (squeezenet's last)
+    ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... or a shallower input
+    ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
+    ((4, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 36
+    ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)
+]
+#: ... and avx2's own: 8-channel lanes for windows above 1x1 from a depth of 400 (strided: 32),
+#: packed columns for every 1x1 kernel.
+AUTO_CHOICES_AVX2 = [
+    ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a window 576 deep
+    ((256, 256, 14, 14, 3), (1, 1), "lanes"),
+    ((512, 512, 7, 7, 3), (1, 1), "lanes"),
+    ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400
+    ((32, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 288
+    ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a depth of 144
+    ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
+    ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
+    ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed, never x in place (stream)
+    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # ... nor channels in lanes
+    ((1024, 2048, 14, 14, 1), (2, 2), "packed"),
+]
+
+
 @pytest.mark.parametrize(
-    "shape, strides, want",
-    [
-        ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window
-        ((8, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
-        ((16, 64, 56, 56, 3), (1, 1), "lanes"),  # a depth of 144
-        ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map, a deep window
-        ((3, 16, 32, 32, 3), (1, 1), "direct"),  # small_cnn's layers: rows of whole tiles
-        ((16, 32, 16, 16, 3), (1, 1), "direct"),
-        ((16, 32, 15, 15, 3), (1, 1), "lanes"),  # the same depth on rows of 15 of 16 lanes
-        ((16, 32, 7, 7, 3), (1, 1), "lanes"),  # a shallow window on rows of 7 of 16 lanes
-        ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
-        ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
-        ((512, 512, 7, 7, 1), (1, 1), "lanes"),
-        ((1024, 256, 14, 14, 1), (1, 1), "packed"),  # 1x1, a deep input on a mid-size map
-        ((1024, 128, 14, 14, 1), (1, 1), "packed"),  # ... too deep to read x in place
-        ((768, 128, 14, 14, 1), (1, 1), "stream"),  # ... not too deep
-        ((576, 96, 14, 14, 1), (1, 1), "stream"),  # ... and few outputs
-        ((576, 192, 14, 14, 1), (1, 1), "packed"),  # ... not so few
-        ((512, 1000, 13, 13, 1), (1, 1), "packed"),  # ... or very many (squeezenet's last)
-        ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... or a shallower input
-        ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
-        ((4, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 36
-        ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)
-    ],
+    "isa, shape, strides, want",
+    [("avx512", *row) for row in AUTO_CHOICES_AVX512]
+    + [("avx2", *row) for row in AUTO_CHOICES_AVX2],
 )
-def test_auto_kernel_choice(shape, strides, want):
-    """The measured rules of conv_plan.cpp on avx512 (channels in lanes needs 16-float vectors)."""
-    path_or_skip("avx512")
+def test_auto_kernel_choice(isa, shape, strides, want):
+    """The kernel conv_plan picks by itself, per ISA."""
+    path_or_skip(isa)
     c, m, h, w, k = shape
     out = [(h + 2 * (k // 2) - k) // strides[0] + 1, (w + 2 * (k // 2) - k) // strides[1] + 1]
     wt = np.ones((m, c, k, k), F32)
-    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, "avx512")
+    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, isa)
     assert plan.kernel == want
     assert plan.staged == (want in ("direct", "lanes"))
-
-
-@pytest.mark.parametrize(
-    "shape, strides, want",
-    [
-        ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a window 576 deep
-        ((256, 256, 14, 14, 3), (1, 1), "lanes"),
-        ((512, 512, 7, 7, 3), (1, 1), "lanes"),
-        ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400
-        ((32, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 288
-        ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a depth of 144
-        ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
-        ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
-        ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed, never x in place (stream)
-        ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # ... nor channels in lanes
-        ((1024, 2048, 14, 14, 1), (2, 2), "packed"),
-    ],
-)
-def test_auto_kernel_choice_avx2(shape, strides, want):
-    """avx2's own measured rules (conv_plan.cpp): 8-channel lanes for windows above 1x1 from
-    a depth of 400 (strided: 32), packed columns for every 1x1 kernel."""
-    path_or_skip("avx2")
-    c, m, h, w, k = shape
-    out = [(h + 2 * (k // 2) - k) // strides[0] + 1, (w + 2 * (k // 2) - k) // strides[1] + 1]
-    wt = np.ones((m, c, k, k), F32)
-    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, "avx2")
-    assert plan.kernel == want
 
 
 def test_refusals():
