@@ -456,7 +456,7 @@ AUTO_CHOICES_AVX512 = [
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)
 ]
 #: ... and avx2's own: 8-channel lanes for windows above 1x1 from a depth of 400 (strided: 32),
-#: packed columns for every 1x1 kernel.
+#: packed columns for every 1x1 kernel and for large images with 128 channels and more.
 AUTO_CHOICES_AVX2 = [
     ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a window 576 deep
     ((256, 256, 14, 14, 3), (1, 1), "lanes"),
@@ -464,6 +464,9 @@ AUTO_CHOICES_AVX2 = [
     ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400
     ((32, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 288
     ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a depth of 144
+    ((128, 256, 56, 56, 3), (1, 1), "packed"),  # a 1.6 MiB image, 256 channels: packed
+    ((512, 512, 28, 28, 3), (1, 1), "packed"),
+    ((128, 128, 28, 28, 3), (1, 1), "lanes"),  # ... but not a 460 KiB one
     ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
     ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed, never x in place (stream)

@@ -52,6 +52,14 @@ constexpr int64_t LANES_MIN_DEPTH = 32;
 // every 1x1 layer (256->128 on 56 x 56: 2.71 against 2.03 ms), since the 6-channel tiles share
 // a packed panel well.
 constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
+// ... except where a unit-stride image outgrows half of L2 and there are output channels
+// enough to repay packing its columns: there the lanes and direct kernels wait on its taps
+// (light_vgg19's 3x3 512->512 on 28 x 28, a 1.8 MiB image: packed 36.5, direct 40.8, lanes 42.2
+// ms; 128->256 on 56 x 56: 17.8, 19.3, 18.5; light_inception_v1's 64->192 on 56 x 56: 6.67,
+// 7.33, 7.01; but with 64 channels, light_resnet50's 64->64 on 56 x 56: 2.70, 2.51, 2.36, and
+// with a smaller image its 128->128 on 28 x 28, 460 KiB: 2.57, 2.50, 2.25).
+constexpr int64_t PACKED_MIN_CHANNELS_AVX2 = 128;
+constexpr int64_t PACKED_MIN_IMAGE_BYTES_AVX2 = 512 * 1024;
 // Plain 1x1 kernels on mid-size maps with a deep input: the stream kernel reads x's planes in
 // place up to this depth, packed columns from there on (avx512, bench/conv_micro.py --kernels
 // and 14 x 14 maps, since whole tiles run in pairs: 768->128 stream 177, packed 184, lanes 191
@@ -528,6 +536,13 @@ private:
         const bool too_deep_to_stream =
             std::strcmp(isa_->name, "avx512") == 0 && depth > STREAM_MAX_DEPTH_AVX512;
         if (lanes_ok && isa_->lmr < 16) {  // avx2: tiles of 8 channels, rules of its own
+            // (in double: no overflow, whatever the pads)
+            const double image_bytes = 4.0 * static_cast<double>(s.c) *
+                                       (static_cast<double>(s.h) + 2.0 * s.ph) *
+                                       (static_cast<double>(s.w) + 2.0 * s.pw);
+            if (unit && !one && mg_ >= PACKED_MIN_CHANNELS_AVX2 &&
+                image_bytes > static_cast<double>(PACKED_MIN_IMAGE_BYTES_AVX2))
+                return PACKED;
             if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
                 return LANES;
             return unit && !one ? DIRECT : PACKED;
