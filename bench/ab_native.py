@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -79,6 +80,12 @@ def build_revision(rev: str, rebuild: bool = False) -> str:
     if os.path.isdir(target) and not rebuild:
         log(f"{rev} = {commit[:10]}: cached build {target}")
         return target
+    missing = [m for m in ("scikit_build_core", "nanobind") if importlib.util.find_spec(m) is None]
+    if missing:  # the build runs without isolation, in this interpreter
+        raise SystemExit(
+            f"building {rev} needs {' and '.join(missing)} in this environment: "
+            f"{sys.executable} -m pip install 'scikit-build-core>=0.10' 'nanobind>=2.0'"
+        )
     os.makedirs(CACHE, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="graphrt-ab-")
     tree, build_dir, staging = (os.path.join(tmp, d) for d in ("tree", "build", "target"))
