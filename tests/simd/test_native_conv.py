@@ -431,6 +431,45 @@ def test_which_convolutions_go_native(kw, native, monkeypatch):
     assert len(runs) <= 1
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize(
+    "n, c, m, size, stride",
+    [
+        (1, 64, 136, 7, 1),  # weights far above the image
+        (1, 64, 40, 14, 2),  # strided, few channel groups
+        (1, 350, 80, 8, 1),  # avx512: quads in depth blocks
+        (2, 64, 136, 7, 1),  # two images
+    ],
+)
+def test_lanes_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, stride):
+    """A whole run of the lanes kernel over several threads (its position blocks re-cut into a
+    multiple of the thread count) against the float64 values and bit for bit against one
+    thread and against one unit at a time."""
+    path_or_skip(isa)
+    out = [(size + 2 - 3) // stride + 1] * 2
+    g = dict(group=1, strides=[stride] * 2, dilations=[1, 1], pads=[1, 1], out=out)
+    rng = np.random.default_rng(c + m)
+    x = rng.standard_normal((n, c, size, size)).astype(F32)
+    wt = rng.standard_normal((m, c, 3, 3)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    z = rng.standard_normal((n, m, *out)).astype(F32)
+    want = np.maximum(reference(x, wt, b, 1, g["strides"], [1, 1], [1, 1], out) + z, 0)
+    plan = simd.conv_plan(wt, 1, list(x.shape), g["strides"], [1, 1], [1, 1], out, isa, "lanes")
+    work = np.empty(plan.work_floats, F32)
+    results = []
+    for threads in (1, 2, 3, 4):
+        plan.stage(x, work, threads)
+        y = np.full((n, m, *out), np.nan, F32)
+        plan.run(x, work, y, b, "relu", threads=threads, z=z)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * c * 9, err_msg=str(threads))
+        results.append(y)
+    for y in results[1:]:
+        np.testing.assert_array_equal(bits(y), bits(results[0]))
+    g["act"] = "relu"
+    units = _run(isa, g, x, wt, b, split=True, kernel="lanes", z=z)
+    np.testing.assert_array_equal(bits(units), bits(results[0]))
+
+
 #: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
 AUTO_CHOICES_AVX512 = [
     ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window
