@@ -495,7 +495,8 @@ AUTO_CHOICES_AVX512 = [
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)
 ]
 #: ... and avx2's own: 8-channel lanes for windows above 1x1 from a depth of 400 (strided: 32),
-#: packed columns for every 1x1 kernel and for large images with 128 channels and more.
+#: packed columns for 1x1 kernels (stream for at most 24 channels) and for large images with 128
+#: channels and more.
 AUTO_CHOICES_AVX2 = [
     ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a window 576 deep
     ((256, 256, 14, 14, 3), (1, 1), "lanes"),
@@ -508,8 +509,10 @@ AUTO_CHOICES_AVX2 = [
     ((128, 128, 28, 28, 3), (1, 1), "lanes"),  # ... but not a 460 KiB one
     ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
-    ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed, never x in place (stream)
-    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # ... nor channels in lanes
+    ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed columns ...
+    ((64, 16, 55, 55, 1), (1, 1), "stream"),  # ... but x in place for 16 channels
+    ((256, 32, 27, 27, 1), (1, 1), "packed"),  # ... not for 32
+    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # not channels in lanes
     ((1024, 2048, 14, 14, 1), (2, 2), "packed"),
 ]
 

@@ -48,10 +48,14 @@ constexpr int64_t LANES_MIN_DEPTH = 32;
 // 288: 1.14 against the direct kernel's 1.11, 16->64 on 55 x 55, 144: 1.25, 1.13) and for
 // strided windows of the avx512 bound (7x7/2 3->64, 147 deep: 2.62, packed 2.80; 3x3/2 3->64,
 // 27 deep: 0.81, packed 0.56); 1x1 kernels pack their columns (on 7 x 7 maps lanes lost,
-// 512->2048: 1.46 against 1.27 ms) and never read x in place: stream lost to packed columns on
-// every 1x1 layer (256->128 on 56 x 56: 2.71 against 2.03 ms), since the 6-channel tiles share
-// a packed panel well.
+// 512->2048: 1.46 against 1.27 ms) and read x in place (stream) only for very few output
+// channels: stream lost to packed columns on every 1x1 layer of light_resnet50 (256->128 on
+// 56 x 56: 2.71 against 2.03 ms; 6-channel tiles share a packed panel well) and on
+// light_squeezenet's 256->32 on 27 x 27 (0.167, 0.156), but won where three tiles of 6 hold
+// 16 channels (64->16 on 55 x 55: 0.091, 0.104; inception_v1's 192->16 on 27 x 27: 0.065,
+// 0.074) and tied at 24 (512->24 on 13 x 13: 0.115, 0.116).
 constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
+constexpr int64_t STREAM_MAX_CHANNELS_AVX2 = 24;
 // ... except where a unit-stride image outgrows half of L2 and there are output channels
 // enough to repay packing its columns: there the lanes and direct kernels wait on its taps
 // (light_vgg19's 3x3 512->512 on 28 x 28, a 1.8 MiB image: packed 36.5, direct 40.8, lanes 42.2
@@ -545,6 +549,9 @@ private:
                 return PACKED;
             if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
                 return LANES;
+            if (one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w &&
+                mg_ <= STREAM_MAX_CHANNELS_AVX2)
+                return STREAM;
             return unit && !one ? DIRECT : PACKED;
         }
         if (lanes_ok) {
