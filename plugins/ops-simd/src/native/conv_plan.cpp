@@ -511,8 +511,10 @@ private:
             if (!unit) throw nb::value_error("the direct kernel needs unit strides");
             return DIRECT;
         }
+        // x's own planes are the column matrix (the stream kernel)
+        const bool in_place = one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w;
         if (kernel == "stream") {
-            if (!one || !unit || s.ph || s.pw || s.oh != s.h || s.ow != s.w)
+            if (!in_place)
                 throw nb::value_error(
                     "the stream kernel needs a 1x1 kernel, unit strides and no padding");
             return STREAM;
@@ -537,9 +539,9 @@ private:
         // the direct kernel's row tiles: 4 * ow below this fills less than 3/4 of their lanes
         const int64_t cnr = isa_->cnr;
         const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
-        const bool too_deep_to_stream =
-            std::strcmp(isa_->name, "avx512") == 0 && depth > STREAM_MAX_DEPTH_AVX512;
-        if (lanes_ok && isa_->lmr < 16) {  // avx2: tiles of 8 channels, rules of its own
+        const bool avx512 = isa_->lmr >= 16;  // (avx2's lanes tiles are 8 channels)
+        const bool too_deep_to_stream = avx512 && depth > STREAM_MAX_DEPTH_AVX512;
+        if (lanes_ok && !avx512) {  // avx2: rules of its own
             // (in double: no overflow, whatever the pads)
             const double image_bytes = 4.0 * static_cast<double>(s.c) *
                                        (static_cast<double>(s.h) + 2.0 * s.ph) *
@@ -549,9 +551,7 @@ private:
                 return PACKED;
             if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
                 return LANES;
-            if (one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w &&
-                mg_ <= STREAM_MAX_CHANNELS_AVX2)
-                return STREAM;
+            if (in_place && mg_ <= STREAM_MAX_CHANNELS_AVX2) return STREAM;
             return unit && !one ? DIRECT : PACKED;
         }
         if (lanes_ok) {
@@ -563,9 +563,7 @@ private:
                 return LANES;
         }
         if (unit && !one) return DIRECT;
-        if (one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w &&
-            mg_ < STREAM_MAX_CHANNELS && !too_deep_to_stream)
-            return STREAM;
+        if (in_place && mg_ < STREAM_MAX_CHANNELS && !too_deep_to_stream) return STREAM;
         return PACKED;
     }
     std::unique_ptr<float, FreeDeleter> packed_;
