@@ -79,12 +79,12 @@ def _run(isa, g, x, w, b, split, kernel="auto", z=None):
     )  # fmt: skip
     work = np.full(plan.work_floats, np.nan, F32)  # staging must write what the kernel reads
     y = np.full((x.shape[0], w.shape[0], *g["out"]), np.nan, F32)
-    plan.stage(x, work, 2 if split else 1)  # staging blocks spread over two threads, or not
-    if split:
+    if split:  # staging blocks spread over two threads, then unit by unit, last first
+        plan.stage(x, work, 2)
         for u in reversed(range(plan.units)):
             plan.run(x, work, y, b, g["act"], u, u + 1, 1, z)
-    else:
-        plan.run(x, work, y, b, g["act"], z=z)
+    else:  # stage and run bound once, as a session's step calls them
+        simd.ConvCall(plan, x, work, y, b, g["act"], 1, z)()
     return y
 
 
@@ -579,6 +579,10 @@ def test_refusals():
         with pytest.raises(kind, match=message):
             plan.run(args["x"], args["work"], args["y"], args["bias"], args["activation"],
                      args["u0"], args["u1"], 1, args["z"])  # fmt: skip
+        if args["u1"] == -1:  # a bound call makes the same checks once, when made
+            with pytest.raises(kind, match=message):
+                simd.ConvCall(plan, args["x"], args["work"], args["y"], args["bias"],
+                              args["activation"], 1, args["z"])  # fmt: skip
     shared = np.ones(1 * 8 * 6 * 6, F32)
     with pytest.raises(ValueError, match="overlap"):
         plan.run(shared[: 4 * 36].reshape(1, 4, 6, 6), work, shared.reshape(1, 8, 6, 6), None,

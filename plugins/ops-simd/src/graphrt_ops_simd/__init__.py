@@ -5,6 +5,7 @@ kernel paths."""
 from __future__ import annotations
 
 from ._native import (
+    ConvCall,
     ConvPlan,
     DepthwiseCall,
     GemmCall,
@@ -24,6 +25,7 @@ from ._native import (
 
 __all__ = [
     "GemmCall",
+    "ConvCall",
     "ConvPlan",
     "DepthwiseCall",
     "MaxPoolCall",

@@ -217,10 +217,7 @@ class Conv(NativeKernel):
         work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
         # the units run on the plugin's own threads (one call, no Python per unit)
         threads = getattr(ctx.pool, "threads", 1)
-        product = functools.partial(p.native.run, x, work, y, bias, p.activation, 0, -1, threads, z)
-        calls = [product]
-        if p.native.staged:
-            calls.insert(0, functools.partial(p.native.stage, x, work, threads))
+        calls = [_native.ConvCall(p.native, x, work, y, bias, p.activation, threads, z)]
         if p.epilogue is not None:
             calls += basic_fused.epilogue_calls(ctx, p.epilogue, y)
         if p.gelu:

@@ -254,15 +254,27 @@ public:
     }
 
     void stage(const InArray& x, OutArray work, int threads) {
-        check_x(x);
-        check_work(work);
-        check_no_overlap(work, x, "x");
+        const RunArgs a = checked(x, work, nullptr, std::nullopt, "none", std::nullopt);
         if (!staged()) return;
-        threads = clamp_threads(threads);
-        const float* px = static_cast<const float*>(x.data());
-        float* pw = static_cast<float*>(work.data());
-        const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
         nb::gil_scoped_release nogil;
+        stage_at(a, clamp_threads(threads));
+    }
+
+    // The arrays of a run, checked once (run() and stage() per call, ConvCall when bound).
+    struct RunArgs {
+        const float* x = nullptr;
+        float* work = nullptr;  // written by stage(), read by run()
+        float* y = nullptr;
+        const float *bias = nullptr, *z = nullptr;
+        std::ptrdiff_t xs0 = 0, xs1 = 0, xs2 = 0, ys0 = 0, ys1 = 0;
+        int act = ACT_NONE;
+    };
+
+    // Copies x into work, padded (the unit-stride kernels' staged planes); no GIL needed.
+    void stage_at(const RunArgs& a, int threads) const {
+        const float* px = a.x;
+        float* pw = a.work;
+        const std::ptrdiff_t xs0 = a.xs0, xs1 = a.xs1, xs2 = a.xs2;
         // blocks of STAGE_CHANNELS channels of one image and group, the last one with the
         // zero tail; copies, so any split over threads gives the same staged planes
         const DirectShape& d = direct_shape_;
@@ -280,12 +292,24 @@ public:
         });
     }
 
-    void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
-             const std::string& activation, int64_t u0, int64_t u1, int threads,
-             std::optional<InArray> z) {
-        const ConvShape& s = shape_;
+    // Every check of stage() and run(): shapes, strides, overlaps (y null: stage()'s x and
+    // work only).
+    template <class W>
+    RunArgs checked(const InArray& x, const W& work, const OutArray* yp,
+                    const std::optional<InArray>& bias, const std::string& activation,
+                    const std::optional<InArray>& z) const {
         check_x(x);
         check_work(work);
+        RunArgs a;
+        a.x = static_cast<const float*>(x.data());
+        a.work = static_cast<float*>(const_cast<void*>(static_cast<const void*>(work.data())));
+        a.xs0 = x.stride(0), a.xs1 = x.stride(1), a.xs2 = x.stride(2);
+        if (!yp) {
+            check_no_overlap(work, x, "x");
+            return a;
+        }
+        const OutArray& y = *yp;
+        const ConvShape& s = shape_;
         check_matrix(y, "y", 4);
         const std::vector<int64_t> want_y{n_, m_, s.oh, s.ow};
         if (shape_of(y) != want_y)
@@ -297,9 +321,9 @@ public:
         check_no_overlap(y, x, "x");
         check_no_overlap(y, work, "work");
         const int act = parse_activation(activation);
+        a.act = act;
         if (act != ACT_NONE && act != ACT_RELU)
             throw nb::value_error("the conv activation must be 'none' or 'relu'");
-        const float* pb = nullptr;
         if (bias) {
             check_matrix(*bias, "bias", 1);
             if (static_cast<int64_t>(bias->shape(0)) != m_)
@@ -308,9 +332,8 @@ public:
                                           .c_str());
             if (m_ > 1 && bias->stride(0) != 1) throw nb::value_error("bias must be contiguous");
             check_no_overlap(y, *bias, "bias");
-            pb = static_cast<const float*>(bias->data());
+            a.bias = static_cast<const float*>(bias->data());
         }
-        const float* pz = nullptr;
         if (z) {  // the residual: laid out exactly as y
             check_matrix(*z, "z", 4);
             if (shape_of(*z) != want_y)
@@ -321,17 +344,33 @@ public:
                 if (want_y[d] > 1 && z->stride(d) != y.stride(d))
                     throw nb::value_error("z must have y's strides");
             check_no_overlap(y, *z, "z");
-            pz = static_cast<const float*>(z->data());
+            a.z = static_cast<const float*>(z->data());
         }
+        a.y = static_cast<float*>(y.data());
+        a.ys0 = y.stride(0), a.ys1 = y.stride(1);
+        return a;
+    }
+
+    void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
+             const std::string& activation, int64_t u0, int64_t u1, int threads,
+             std::optional<InArray> z) {
+        const RunArgs args = checked(x, work, &y, bias, activation, z);
         if (u1 == -1) u1 = units();
         if (u0 < 0 || u0 > u1 || u1 > units())
             throw nb::value_error(("unit range [" + std::to_string(u0) + ", " +
                                    std::to_string(u1) + ") is not inside [0, " +
                                    std::to_string(units()) + ")")
                                       .c_str());
+        nb::gil_scoped_release nogil;
+        run_at(args, u0, u1, clamp_threads(threads));
+    }
+
+    // Units [u0, u1) on checked arrays, over `threads` (clamped) threads; no GIL needed.
+    void run_at(const RunArgs& args, int64_t u0, int64_t u1, int threads) const {
+        const ConvShape& s = shape_;
         // the packed path reads a 1x1 kernel with unit strides and no padding as one long row
         ConvShape run_shape = s;
-        std::ptrdiff_t x_rs = static_cast<std::ptrdiff_t>(x.stride(2));
+        std::ptrdiff_t x_rs = args.xs2;
         const bool flat = s.kh == 1 && s.kw == 1 && s.ph == 0 && s.pw == 0 && s.sh == 1 &&
                           s.sw == 1 && s.oh == s.h && s.ow == s.w && (s.h == 1 || x_rs == s.w);
         if (flat) {
@@ -341,14 +380,14 @@ public:
         }
         // the stream kernel reads x's planes in place: they must lie h * w floats apart
         const bool stream = mode_ == STREAM && flat &&
-                            (s.c * group_ == 1 || x.stride(1) == s.h * s.w);
-        const float* px = static_cast<const float*>(x.data());
-        const float* pw = static_cast<const float*>(work.data());
-        float* py = static_cast<float*>(y.data());
-        const std::ptrdiff_t xs0 = x.stride(0), xs1 = x.stride(1), ys0 = y.stride(0),
-                             ys1 = y.stride(1);
+                            (s.c * group_ == 1 || args.xs1 == s.h * s.w);
+        const float* px = args.x;
+        const float* pw = args.work;
+        float* py = args.y;
+        const float *pb = args.bias, *pz = args.z;
+        const int act = args.act;
+        const std::ptrdiff_t xs0 = args.xs0, xs1 = args.xs1, ys0 = args.ys0, ys1 = args.ys1;
         const int64_t cmr = cmr_, cnr = isa_->cnr;
-        threads = clamp_threads(threads);
         // A whole run re-cuts each image, group and channel chunk's positions into one span of
         // tiles per thread (in pairs of tiles, as the micro-kernels pair them) where the
         // positions are the outer loop (packed, stream, direct): the plan's blocks (up to
@@ -371,7 +410,6 @@ public:
             return lanes ? k * ptiles_ / spans : std::min(ptiles_, 2 * (k * pairs / spans));
         };
         const int64_t count = spans ? units() / pblocks_ * spans : u1 - u0;
-        nb::gil_scoped_release nogil;
         NativePool::get().run(count, threads, [&](int64_t i) {
             float* block = mode_ == PACKED || (mode_ == STREAM && !stream) ? conv_block() : nullptr;
             int64_t rest = spans ? i / spans : u0 + i;
@@ -569,6 +607,34 @@ private:
     std::unique_ptr<float, FreeDeleter> packed_;
 };
 
+// A plan's stage() and run() over one set of arrays, checked once when made (a plan binds one
+// per run state): a call converts no arguments (stage and run through nanobind took 1.7 us of
+// a tiny convolution, a tenth of the bench's small_cnn).  Holds the plan and the arrays.
+class ConvCall {
+public:
+    ConvCall(nb::object plan, InArray x, OutArray work, OutArray y, std::optional<InArray> bias,
+             const std::string& activation, int threads, std::optional<InArray> z)
+        : plan_obj_(std::move(plan)), plan_(&nb::cast<const ConvPlan&>(plan_obj_)), x_(x),
+          work_(work), y_(y), bias_(bias), z_(z),
+          args_(plan_->checked(x, work, &y, bias, activation, z)),
+          threads_(clamp_threads(threads)) {}
+
+    void operator()() const {
+        nb::gil_scoped_release nogil;
+        if (plan_->staged()) plan_->stage_at(args_, threads_);
+        plan_->run_at(args_, 0, plan_->units(), threads_);
+    }
+
+private:
+    nb::object plan_obj_;
+    const ConvPlan* plan_;
+    InArray x_;  // held: args_ points into these arrays
+    OutArray work_, y_;
+    std::optional<InArray> bias_, z_;
+    ConvPlan::RunArgs args_;
+    int threads_;
+};
+
 ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                     const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
@@ -594,6 +660,14 @@ void bind_conv(nb::module_& m) {
              "or relu; z, a residual laid out as y, optional), over `threads` threads of the "
              "plugin's pool; units are independent outputs, so any split and thread count give "
              "the same bits.");
+    nb::class_<ConvCall>(m, "ConvCall",
+                         "A plan's stage() and run() of all its units on fixed arrays, checked "
+                         "once: y = act((conv(x) + bias) + z).")
+        .def(nb::init<nb::object, InArray, OutArray, OutArray, std::optional<InArray>,
+                      const std::string&, int, std::optional<InArray>>(),
+             nb::arg("plan"), nb::arg("x"), nb::arg("work"), nb::arg("y"), nb::arg("bias").none(),
+             nb::arg("activation"), nb::arg("threads") = 1, nb::arg("z").none() = nb::none())
+        .def("__call__", &ConvCall::operator());
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
