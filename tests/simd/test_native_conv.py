@@ -210,7 +210,8 @@ def test_deep_windows_run_quads_in_depth_blocks(isa, stride, m):
 def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
     """x's planes read in place: whole tiles, a last partial tile (or only that) and groups,
     against the reference and, bit for bit, the unit-by-unit run; rows that are not h * w
-    apart take the packed columns instead, with the same values."""
+    apart take the packed columns instead, with the same values, and the staged kernels lay
+    them end to end."""
     path_or_skip(isa)
     rng = np.random.default_rng(c * m + h)
     x = rng.standard_normal((n, c, h, w)).astype(F32)
@@ -228,6 +229,11 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
     wider[..., :w] = x
     rows_apart = _run(isa, g, wider[..., :w], wt, b, split=False, kernel="stream", z=z)
     np.testing.assert_allclose(rows_apart, want, rtol=1e-5, atol=1e-4)
+    # channels in lanes read the plane as one row too: staged from rows wherever they lie, the
+    # same bits as from x itself and as the stream kernel's
+    for kernel in ["lanes", "direct"] if isa != "scalar" else ["direct"]:
+        flat = _run(isa, g, wider[..., :w], wt, b, split=False, kernel=kernel, z=z)
+        np.testing.assert_array_equal(bits(flat), bits(whole), err_msg=kernel)
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
@@ -483,13 +489,15 @@ AUTO_CHOICES_AVX512 = [
     ((256, 64, 56, 56, 1), (1, 1), "stream"),  # 1x1, few output channels: x in place
     ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1, many output channels: a plain copy
     ((512, 512, 7, 7, 1), (1, 1), "lanes"),
-    ((1024, 256, 14, 14, 1), (1, 1), "packed"),  # 1x1, a deep input on a mid-size map
-    ((1024, 128, 14, 14, 1), (1, 1), "packed"),  # ... too deep to read x in place
-    ((768, 128, 14, 14, 1), (1, 1), "stream"),  # ... not too deep
-    ((576, 96, 14, 14, 1), (1, 1), "stream"),  # ... and few outputs
-    ((576, 192, 14, 14, 1), (1, 1), "packed"),  # ... not so few
-    ((512, 1000, 13, 13, 1), (1, 1), "packed"),  # ... or very many (squeezenet's last)
-    ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... or a shallower input
+    ((1024, 256, 14, 14, 1), (1, 1), "lanes"),  # 1x1, a deep input on a mid-size map: one row
+    ((576, 96, 14, 14, 1), (1, 1), "lanes"),  # ... of 196 positions, 576 deep
+    ((256, 1024, 14, 14, 1), (1, 1), "lanes"),  # ... 256 deep
+    ((512, 1000, 13, 13, 1), (1, 1), "lanes"),
+    ((1024, 128, 16, 17, 1), (1, 1), "packed"),  # ... but not on more than 256 positions
+    ((768, 128, 16, 17, 1), (1, 1), "stream"),  # ... and few outputs: x in place
+    ((992, 128, 16, 17, 1), (1, 1), "packed"),  # ... too deep to read x in place
+    ((128, 192, 14, 14, 1), (1, 1), "packed"),  # ... a shallower input
+    ((192, 64, 14, 14, 1), (1, 1), "stream"),  # ... and few outputs
     ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
     ((4, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 36
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)

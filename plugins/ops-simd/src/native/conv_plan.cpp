@@ -36,6 +36,12 @@ namespace {
 // once; since packed tiles pair and stride-2 columns are copied by vectors, packed 0.253,
 // lanes 0.264 ms, the model 0.98x: 27 is now below the bound).
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
+// ... and for plain 1x1 kernels, read as one row of positions, this deep on maps up to this
+// many positions (avx512, bench/conv_micro.py --kernels: 1x1 576->128
+// on 14 x 14: lanes 264, stream 292 us; 1024->256 on 14 x 14: 909, packed 991; 384->48 on 13 x
+// 13: 62, stream 67; but 64->256 on 13 x 13: 61, packed 55; 512->256 on 28 x 28 a tie).
+constexpr int64_t LANES_MIN_DEPTH_FLAT = 256;
+constexpr int64_t LANES_MAX_POSITIONS_FLAT = 256;
 constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
 constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
 constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
@@ -140,12 +146,24 @@ public:
         // checked sizes: every offset the kernels form below stays inside these extents
         k_ = bounded(mul(mul(s.c, s.kh, "the window depth"), s.kw, "the window depth"),
                      MAX_FLOATS, "the window depth");
-        const int64_t hp = padded_extent(s.h, s.ph, s.kh, s.sh, s.dh, s.oh);
-        const int64_t wp = padded_extent(s.w, s.pw, s.kw, s.sw, s.dw, s.ow);
+        x_h_ = s.h, x_w_ = s.w, y_h_ = s.oh, y_w_ = s.ow;
+        int64_t hp = padded_extent(s.h, s.ph, s.kh, s.sh, s.dh, s.oh);
+        int64_t wp = padded_extent(s.w, s.pw, s.kw, s.sw, s.dw, s.ow);
         bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
         mode_ = choose_mode(kernel);
+        if (staged() && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && !s.ph && !s.pw &&
+            s.oh == s.h && s.ow == s.w) {
+            // a plain 1x1 kernel sees each plane as one row of h * w positions (stage() lays
+            // x's rows end to end): channels in lanes cut it into pieces of about crt
+            // positions instead of 7 x 7 maps' rows of 7, each weight read fewer times
+            // (light_inception_v2's 1x1 1024->128 on 7 x 7: 153 -> 123 us).  The packed and
+            // stream kernels flatten the rows at run time, when x's rows lie w floats apart.
+            flat_ = true;
+            s.w = s.ow = wp = s.h * s.w;
+            s.h = s.oh = hp = 1;
+        }
         // the lanes kernel's channel tiles are one vector (avx2: 8 channels, not the 6 rows of
         // the micro-tile)
         cmr_ = mode_ == LANES ? isa_->lmr : isa_->cmr;
@@ -275,6 +293,9 @@ public:
         const float* px = a.x;
         float* pw = a.work;
         const std::ptrdiff_t xs0 = a.xs0, xs1 = a.xs1, xs2 = a.xs2;
+        // a flat plan's planes are copied as one run each where x's rows lie w floats apart
+        // (row by row, 7 x 7 maps' staging took 16 of 140 us of a 1x1 1024->128 layer)
+        const bool rows_apart = flat_ && x_h_ > 1 && xs2 != x_w_;
         // blocks of STAGE_CHANNELS channels of one image and group, the last one with the
         // zero tail; copies, so any split over threads gives the same staged planes
         const DirectShape& d = direct_shape_;
@@ -285,6 +306,10 @@ public:
             const int64_t img = ig / group_, g = ig % group_;
             const int64_t c0 = block * STAGE_CHANNELS;
             DirectShape part = d;
+            if (rows_apart) {  // x's rows end to end: the same staged planes, row by row
+                part.h = part.hp = x_h_;
+                part.w = part.wp = x_w_;
+            }
             part.c = std::min(STAGE_CHANNELS, d.c - c0);
             part.staged = block + 1 == per ? d.staged - c0 * plane : part.c * plane;
             isa_->conv_stage(part, px + img * xs0 + (g * shape_.c + c0) * xs1, xs1, xs2,
@@ -309,14 +334,13 @@ public:
             return a;
         }
         const OutArray& y = *yp;
-        const ConvShape& s = shape_;
         check_matrix(y, "y", 4);
-        const std::vector<int64_t> want_y{n_, m_, s.oh, s.ow};
+        const std::vector<int64_t> want_y{n_, m_, y_h_, y_w_};
         if (shape_of(y) != want_y)
             throw nb::value_error(("y must have shape " + dims(want_y) + ", got " +
                                    dims(shape_of(y)))
                                       .c_str());
-        if ((s.ow > 1 && y.stride(3) != 1) || (s.oh > 1 && y.stride(2) != s.ow))
+        if ((y_w_ > 1 && y.stride(3) != 1) || (y_h_ > 1 && y.stride(2) != y_w_))
             throw nb::value_error("y must hold each channel's positions contiguously");
         check_no_overlap(y, x, "x");
         check_no_overlap(y, work, "work");
@@ -510,12 +534,13 @@ private:
 
     void check_x(const InArray& x) const {
         check_matrix(x, "x", 4);
-        const std::vector<int64_t> want{n_, shape_.c * group_, shape_.h, shape_.w};
+        const std::vector<int64_t> want{n_, shape_.c * group_, x_h_, x_w_};
         if (shape_of(x) != want)
             throw nb::value_error(
                 ("x must have shape " + dims(want) + ", got " + dims(shape_of(x))).c_str());
-        if (shape_.w > 1 && x.stride(3) != 1)
+        if (x_w_ > 1 && x.stride(3) != 1)
             throw nb::value_error("x must have unit column stride");
+
     }
 
     template <class A>
@@ -528,7 +553,9 @@ private:
     }
 
     const IsaKernels* isa_;
-    ConvShape shape_{};
+    ConvShape shape_{};  // the kernels' geometry (flat_: one row of h * w positions)
+    int64_t x_h_ = 0, x_w_ = 0, y_h_ = 0, y_w_ = 0;  // the caller's planes
+    bool flat_ = false;
     DirectShape direct_shape_{};
     std::vector<int64_t> offs_;
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
@@ -593,7 +620,9 @@ private:
             return unit && !one ? DIRECT : PACKED;
         }
         if (lanes_ok) {
-            if (one ? positions <= LANES_MAX_POSITIONS_1X1
+            if (one ? positions <= LANES_MAX_POSITIONS_1X1 ||
+                          (in_place && depth >= LANES_MIN_DEPTH_FLAT &&
+                           positions <= LANES_MAX_POSITIONS_FLAT)
                     : unit ? depth >= (s.ow % cnr ? LANES_MIN_DEPTH_UNIT
                                                   : LANES_MIN_DEPTH_WHOLE_ROWS) ||
                                  4 * s.ow < fill_quarters
