@@ -196,18 +196,46 @@ def test_fallbacks_match_onnxruntime(native_calls, case):
     assert native_calls == []
 
 
-def test_exact_mode_keeps_ops_basic(native_calls):
-    """Exact mode: neither the fusion nor the native kernel; the bits of the numpy path's
-    exact BatchNormalization (and Relu) on every kernel path."""
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_exact_mode_runs_ops_basic_arithmetic_natively(native_calls, path):
+    """Exact mode: no fusion, and the native kernel (every path, the scalar one too) computes
+    ops-basic's exact BatchNormalization: the bits of the numpy path, in one pass."""
+    path_or_skip(path)
     model, feed = _bn_model((2, 13, 5, 7))
-    path = _fast_path()
+    feed = {k: v.copy() for k, v in feed.items()}
+    first = next(iter(feed))
+    feed[first].flat[:4] = [np.nan, -0.0, np.inf, 1e-42]  # NaN, -0, inf, a subnormal
     sess = graphrt.Session(model, kernel_path=path, mode="exact")
     assert [n.info.op_type for n in sess.graph.nodes] == ["Concat", "BatchNormalization", "Relu"]
     got = sess.run(None, feed)[0]
     want = graphrt.Session(model, kernel_path="numpy", mode="exact").run(None, feed)[0]
     np.testing.assert_array_equal(bits(got), bits(want))
-    np.testing.assert_allclose(got, ort_session(model).run(None, feed)[0], rtol=1e-5, atol=1e-6)
-    assert native_calls == []
+    assert native_calls == ["none"]  # the BatchNormalization; the Relu is ops-basic's
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_exact_kernel_bits(isa, shape):
+    """(x * s) + t, each rounded, NaN canonical: numpy's float32 bits, any thread count."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(F32)
+    specials = np.array([np.nan, -np.nan, -0.0, np.inf, -np.inf, 1e-42, 3e38], F32)
+    specials[1] = np.frombuffer(np.uint32(0xFFC12345).tobytes(), F32)[0]  # a NaN payload
+    n = min(x.size, specials.size)
+    x.flat[:n] = specials[:n]
+    s, t = _params(shape[1], 12)
+    s[0] = 2.0  # 3e38 * 2 overflows to inf; inf + t stays inf
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x * s[:, None]
+        want = want + t[:, None]
+    want[np.isnan(want)] = np.frombuffer(np.uint32(0x7FC00000).tobytes(), F32)[0]
+    for threads in (1, 3):
+        y = np.full_like(x, 7.0)
+        _native.ChannelAffineCall(x, y, s, t, "none", isa, threads, True)()
+        np.testing.assert_array_equal(bits(y), bits(want))
+    with pytest.raises(ValueError, match="no activation"):
+        _native.ChannelAffineCall(x, y, s, t, "relu", isa, 1, True)
 
 
 def test_scalar_path_fast_mode_falls_back(native_calls):

@@ -38,7 +38,8 @@ constexpr int64_t AFFINE_KEEP_GIL = int64_t(1) << 14;
 class ChannelAffineCall {
 public:
     ChannelAffineCall(InArray x, OutArray y, InArray scale, InArray shift,
-                      const std::string& activation, const std::string& isa, int threads)
+                      const std::string& activation, const std::string& isa, int threads,
+                      bool exact)
         : x_(x), y_(y), scale_(scale), shift_(shift),
           kern_(&affine_kernels_of(kernels_for(isa))) {
         check_matrix(x, "x", 3);
@@ -65,6 +66,9 @@ public:
         if (act != ACT_NONE && act != ACT_RELU)
             throw nb::value_error("the channel affine takes activation none or relu");
         relu_ = act == ACT_RELU;
+        if (exact && relu_)
+            throw nb::value_error("the exact channel affine takes no activation");
+        exact_ = exact;
         channels_ = xs[1];
         hw_ = xs[2];
         planes_ = mul(xs[0], xs[1], "the planes");
@@ -88,7 +92,7 @@ public:
                 const int64_t per = planes_ / blocks, extra = planes_ % blocks;
                 const int64_t lo = per * i + std::min(extra, i);
                 const int64_t hi = per * (i + 1) + std::min(extra, i + 1);
-                kern_->channel_affine(px, py, lo, hi, channels_, hw_, ps, pt, relu_);
+                kern_->channel_affine(px, py, lo, hi, channels_, hw_, ps, pt, relu_, exact_);
             });
         };
         run_releasing_gil(small_, run);
@@ -101,7 +105,7 @@ private:
     const AffineKernels* kern_;
     int64_t channels_ = 0, hw_ = 0, planes_ = 0;
     int threads_ = 1;
-    bool relu_ = false, small_ = false;
+    bool relu_ = false, exact_ = false, small_ = false;
 };
 
 }  // namespace
@@ -112,11 +116,13 @@ void bind_affine(nb::module_& m) {
         "y = x * scale[c] + shift[c], then max(0, y) for activation 'relu', over a float32 "
         "C-contiguous (N, C, HW) x (y is x or apart from it; scale, shift: C floats), checked "
         "once; calling it runs one pass, planes spread over `threads` of the plugin's threads "
-        "(the same bits for any count).  Fast mode: a fused multiply-add.")
+        "(the same bits for any count).  Fast mode: a fused multiply-add; exact: the product "
+        "and the sum each rounded, a NaN canonical (0x7FC00000), no activation.")
         .def(nb::init<InArray, OutArray, InArray, InArray, const std::string&, const std::string&,
-                      int>(),
+                      int, bool>(),
              nb::arg("x"), nb::arg("y"), nb::arg("scale"), nb::arg("shift"),
-             nb::arg("activation"), nb::arg("isa"), nb::arg("threads") = 1)
+             nb::arg("activation"), nb::arg("isa"), nb::arg("threads") = 1,
+             nb::arg("exact") = false)
         .def("__call__", &ChannelAffineCall::operator());
 }
 
