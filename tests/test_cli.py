@@ -338,18 +338,23 @@ def _conv_bn_relu(tmp_path) -> str:
 
 
 def test_explain_and_check_say_which_steps_run_natively_per_mode(tmp_path, capsys):
-    """Exact mode on a native path: the Conv is native, BatchNormalization numpy calls; on the
-    numpy path every step is numpy; ``check`` gives the count for each mode."""
+    """Exact mode on a native path: every step native (the scalar path's exact Conv,
+    BatchNormalization and Relu); fast mode on that path: its numpy kernels (the scalar path
+    runs exact kernels only); on the numpy path every step is numpy; ``check`` gives the count
+    for each mode."""
     pytest.importorskip("graphrt_ops_simd", reason="graphrt-ops-simd is not installed")
     path = _conv_bn_relu(tmp_path)
-    args = ["explain", path, "--mode", "exact", "--optimization-level", "none", "-q"]
-    assert main([*args, "--kernel-path", "scalar"]) == 0
+    args = ["explain", path, "--optimization-level", "none", "-q"]
+    assert main([*args, "--mode", "exact", "--kernel-path", "scalar"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^  0\s+conv\s+Conv\s+static\s+native\s", out, re.M), out
+    assert re.search(r"^  1\s+bn\s+BatchNormalization\s+static\s+native\s", out, re.M), out
+    assert "3 of 3 steps run natively (kernel path scalar); numpy: none" in out
+    assert main([*args, "--mode", "fast", "--kernel-path", "scalar"]) == 0
+    out = capsys.readouterr().out
     assert re.search(r"^  1\s+bn\s+BatchNormalization\s+static\s+numpy\s", out, re.M), out
-    assert "1 of 3 steps run natively (kernel path scalar); numpy: " in out
-    assert "BatchNormalization x1" in out
-    assert main([*args, "--kernel-path", "numpy"]) == 0
+    assert "BatchNormalization x1" in out and "Relu x1" in out
+    assert main([*args, "--mode", "exact", "--kernel-path", "numpy"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^  0\s+conv\s+Conv\s+static\s+numpy\s", out, re.M), out
     assert "0 of 3 steps run natively (kernel path numpy); numpy: Conv x1" in out
@@ -358,4 +363,4 @@ def test_explain_and_check_say_which_steps_run_natively_per_mode(tmp_path, capsy
     out = capsys.readouterr().out
     fast, exact = out.split("exact mode: available")
     assert "steps run natively (kernel path scalar)" in fast
-    assert "1 of 3 steps run natively (kernel path scalar)" in exact
+    assert "3 of 3 steps run natively (kernel path scalar)" in exact

@@ -1,5 +1,6 @@
-"""Native exp/tanh/sigmoid/erf: the bits of ops-basic's exact functions on every path, in
-sessions under every kernel path and thread count, and Python errors for bad arguments."""
+"""Native exp/tanh/sigmoid/erf and exact Relu: the bits of ops-basic's exact functions on every
+path, in sessions under every kernel path and thread count, and Python errors for bad
+arguments."""
 
 from __future__ import annotations
 
@@ -16,13 +17,19 @@ from tests._models import init, make_model, tensor
 from tests.simd._simd import ALL_PATHS, ISAS, bits, path_or_skip, simd
 from tests.test_exact_math import exact
 
-FUNCTIONS = ("exp", "tanh", "sigmoid", "erf")
-OPS = {"exp": "Exp", "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf"}
+FUNCTIONS = ("exp", "tanh", "sigmoid", "erf", "relu")
+OPS = {"exp": "Exp", "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf", "relu": "Relu"}
 
 
 def exact_numpy(fn: str, x: np.ndarray) -> np.ndarray:
     """ops-basic's exact function (the reference the native kernels must reproduce)."""
-    return exact(fn, np.ascontiguousarray(x, np.float32).reshape(-1))
+    x = np.ascontiguousarray(x, np.float32).reshape(-1)
+    if fn == "relu":  # docs/exact-mode.md: max(x, 0), + 0 (no -0), NaN canonical
+        with np.errstate(invalid="ignore"):
+            y = np.maximum(x, np.float32(0)) + np.float32(0)
+        y[np.isnan(y)] = np.uint32(0x7FC00000).view(np.float32)
+        return y
+    return exact(fn, x)
 
 
 def _f32(*values: float) -> list[int]:
@@ -121,6 +128,7 @@ def test_values_are_close_to_the_true_functions():
         "tanh": np.tanh(x.astype(np.float64)),
         "sigmoid": 1 / (1 + np.exp(-x.astype(np.float64))),
         "erf": np.array([math.erf(v) for v in x.astype(np.float64)]),
+        "relu": np.maximum(x.astype(np.float64), 0),
     }
     for fn in FUNCTIONS:
         simd.unary(fn, x, out, ISAS[-1])
@@ -172,8 +180,8 @@ def test_exact_sessions_are_bit_identical(path, threads, monkeypatch):
             assert sess.kernel_path == path
             got = sess.run(None, {"x": x})[0]
         np.testing.assert_array_equal(bits(got).reshape(-1), bits(want), err_msg=op)
-    # one native call per node (three per function), its four blocks on the plugin's threads
-    assert len(calls) == (0 if path == "numpy" else 3 * 4)
+    # one native call per node (three per function), its blocks on the plugin's threads
+    assert len(calls) == (0 if path == "numpy" else 3 * len(OPS))
     assert all(call[-1] == threads for call in calls)
 
 

@@ -61,6 +61,7 @@ def test_plugin_provides_the_three_paths_ranked():
             "Tanh",
             "Sigmoid",
             "Erf",
+            "Relu",
             "Gelu",
             "MaxPool",
             "AveragePool",

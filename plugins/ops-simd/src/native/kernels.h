@@ -17,7 +17,7 @@ enum Activation : int { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_SIGMOID = 
 enum BiasAxis : int { BIAS_NONE = 0, BIAS_COL = 1, BIAS_ROW = 2 };
 // The element-wise functions of unary_driver.inc (exact mode's algorithms; Gelu, fast mode
 // only, is x * 0.5 * (1 + erf(x / sqrt(2))) on that erf).
-enum UnaryOp : int { OP_EXP = 0, OP_TANH = 1, OP_SIGMOID = 2, OP_ERF = 3, OP_GELU = 4 };
+enum UnaryOp : int { OP_EXP = 0, OP_TANH = 1, OP_SIGMOID = 2, OP_ERF = 3, OP_GELU = 4, OP_RELU = 5 };
 
 // What the fast GEMM applies to each finished output element, in this order:
 // v = v * alpha (skipped when alpha == 1); v = v + bias[j] or bias[i]; v = act(v).

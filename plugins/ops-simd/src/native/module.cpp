@@ -867,8 +867,10 @@ int parse_unary(const std::string& name) {
     if (name == "sigmoid") return OP_SIGMOID;
     if (name == "erf") return OP_ERF;
     if (name == "gelu") return OP_GELU;
+    if (name == "relu") return OP_RELU;
     throw nb::value_error(
-        ("unknown function '" + name + "'; expected exp, tanh, sigmoid, erf or gelu").c_str());
+        ("unknown function '" + name + "'; expected exp, tanh, sigmoid, erf, gelu or relu")
+            .c_str());
 }
 
 // Elements per block when unary splits its range over the plugin's threads (the same as
