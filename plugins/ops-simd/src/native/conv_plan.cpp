@@ -37,9 +37,9 @@ namespace {
 // lanes 0.264 ms, the model 0.98x: 27 is now below the bound).
 constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
 // ... and for plain 1x1 kernels, read as one row of positions, this deep on maps up to this
-// many positions (avx512, bench/conv_micro.py --kernels: 1x1 576->128
-// on 14 x 14: lanes 264, stream 292 us; 1024->256 on 14 x 14: 909, packed 991; 384->48 on 13 x
-// 13: 62, stream 67; but 64->256 on 13 x 13: 61, packed 55; 512->256 on 28 x 28 a tie).
+// many positions (avx512, bench/conv_micro.py --kernels: 1x1 576->128 on 14 x 14: lanes 264,
+// stream 292 us; 1024->256 on 14 x 14: 909, packed 991; 384->48 on 13 x 13: 62, stream 67;
+// but 64->256 on 13 x 13: 61, packed 55; 512->256 on 28 x 28 a tie).
 constexpr int64_t LANES_MIN_DEPTH_FLAT = 256;
 constexpr int64_t LANES_MAX_POSITIONS_FLAT = 256;
 constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
