@@ -40,10 +40,18 @@ def _key(op: str, shapes: Iterable[Iterable[int]]) -> Key:
     return FAMILY.get(op, op), " ".join(dims)
 
 
-def _add(table: dict[Key, list[float]], key: Key, seconds: float) -> None:
-    row = table.setdefault(key, [0, 0.0])
-    row[0] += 1
-    row[1] += seconds
+def _minimums(nodes: Iterable[tuple[str, float, Key]]) -> dict[Key, list[float]]:
+    """(node name, microseconds, key) events -> key: [nodes, sum of each node's minimum, s]."""
+    best: dict[str, tuple[float, Key]] = {}
+    for name, us, key in nodes:
+        if name not in best or us < best[name][0]:
+            best[name] = (us, key)
+    table: dict[Key, list[float]] = {}
+    for us, key in best.values():
+        row = table.setdefault(key, [0, 0.0])
+        row[0] += 1
+        row[1] += us / 1e6
+    return table
 
 
 def graphrt_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespace) -> dict:
@@ -56,18 +64,12 @@ def graphrt_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespace) 
     prof = graphrt.Profiler()
     for _ in range(args.repeat):
         sess.run(None, feed, profiler=prof)
-    best: dict[str, tuple[float, Key]] = {}
-    for e in prof.chrome_trace()["traceEvents"]:
-        a = e["args"]
-        if "input_shapes" not in a:
-            continue  # the runs themselves
-        key = _key(a["op_type"], a["input_shapes"])
-        if e["name"] not in best or e["dur"] < best[e["name"]][0]:
-            best[e["name"]] = (e["dur"], key)
-    table: dict[Key, list[float]] = {}
-    for dur, key in best.values():
-        _add(table, key, dur / 1e6)
-    return table
+    nodes = [
+        (e["name"], e["dur"], _key(e["args"]["op_type"], e["args"]["input_shapes"]))
+        for e in prof.chrome_trace()["traceEvents"]
+        if "input_shapes" in e["args"]  # (not the runs themselves)
+    ]
+    return _minimums(nodes)
 
 
 def onnxruntime_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespace) -> dict:
@@ -86,19 +88,19 @@ def onnxruntime_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespa
     with open(path, encoding="utf-8") as f:
         events = json.load(f)
     os.remove(path)
-    best: dict[str, tuple[float, Key]] = {}
-    for e in events:
-        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
-            continue
-        a = e["args"]
-        shapes = [next(iter(d.values())) for d in a.get("input_type_shape", [])]
-        key = _key(a["op_name"], shapes)
-        if e["name"] not in best or e["dur"] < best[e["name"]][0]:
-            best[e["name"]] = (e["dur"], key)
-    table: dict[Key, list[float]] = {}
-    for dur, key in best.values():
-        _add(table, key, dur / 1e6)
-    return table
+    nodes = [
+        (
+            e["name"],
+            e["dur"],
+            _key(
+                e["args"]["op_name"],
+                [next(iter(d.values())) for d in e["args"].get("input_type_shape", [])],
+            ),
+        )
+        for e in events
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+    ]
+    return _minimums(nodes)
 
 
 def main(argv: list[str] | None = None) -> int:

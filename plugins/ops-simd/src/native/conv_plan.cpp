@@ -317,8 +317,8 @@ public:
         });
     }
 
-    // Every check of stage() and run(): shapes, strides, overlaps (y null: stage()'s x and
-    // work only).
+    // Every check of stage() and run() (ConvCall makes both): shapes, strides, overlaps (y
+    // null: stage()'s x and work only).
     template <class W>
     RunArgs checked(const InArray& x, const W& work, const OutArray* yp,
                     const std::optional<InArray>& bias, const std::string& activation,
@@ -329,10 +329,8 @@ public:
         a.x = static_cast<const float*>(x.data());
         a.work = static_cast<float*>(const_cast<void*>(static_cast<const void*>(work.data())));
         a.xs0 = x.stride(0), a.xs1 = x.stride(1), a.xs2 = x.stride(2);
-        if (!yp) {
-            check_no_overlap(work, x, "x");
-            return a;
-        }
+        check_no_overlap(work, x, "x");  // stage() writes work while it reads x
+        if (!yp) return a;
         const OutArray& y = *yp;
         check_matrix(y, "y", 4);
         const std::vector<int64_t> want_y{n_, m_, y_h_, y_w_};
@@ -540,7 +538,6 @@ private:
                 ("x must have shape " + dims(want) + ", got " + dims(shape_of(x))).c_str());
         if (x_w_ > 1 && x.stride(3) != 1)
             throw nb::value_error("x must have unit column stride");
-
     }
 
     template <class A>
