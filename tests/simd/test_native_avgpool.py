@@ -133,6 +133,34 @@ def test_same_bits_on_every_isa():
         np.testing.assert_allclose(y, want, **TOL, err_msg=f"{shape} {attrs}")
 
 
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("shape", [(1, 3, 7, 7), (2, 2, 14, 14), (1, 2, 28, 28), (1, 2, 5, 4)])
+def test_flat_planes_keep_the_row_kernels_bits(shape, count_include_pad):
+    """3 x 3 windows at stride 1 with pads of 1: contiguous planes take the flat passes, a column
+    slice of a wider array the row-at-a-time ones, with the same bits (NaN and infinities at the
+    edges included), on every ISA and split."""
+    rng = np.random.default_rng(sum(shape) + count_include_pad)
+    h, w = shape[2:]
+    wide = rng.standard_normal((*shape[:2], h, w + 3)).astype(F32)
+    wide[0, 0, 0, 1] = np.nan
+    wide[-1, -1, h - 1, w] = np.inf
+    wide[0, -1, h // 2, 1] = -np.inf
+    rows = wide[..., 1 : 1 + w]
+    flat = np.ascontiguousarray(rows)
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=count_include_pad)
+    want = _ort(flat, **attrs)
+    args = [[3, 3], [1, 1], [1, 1], [1, 1, 1, 1], bool(count_include_pad)]
+    first = None
+    for isa in simd.available_isas():
+        for threads in (1, 2):
+            for x in (flat, rows):
+                y = np.empty(want.shape, F32)
+                _native.AvgPoolCall(x, y, *args, isa, 0, -1, threads)()
+                np.testing.assert_allclose(y, want, **TOL)
+                first = bits(y) if first is None else first
+                np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")
+
+
 @pytest.mark.parametrize("path", FAST_PATHS)
 def test_sessions_match_onnxruntime(path):
     """Sessions on the native path against onnxruntime; where onnxruntime's ceil_mode output is

@@ -124,3 +124,34 @@ def test_same_bits_on_every_isa_and_split(geometry):
             np.testing.assert_array_equal(y, want)
             first = bits(y) if first is None else first
             np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")
+
+
+# 3 x 3 windows at stride 1 with pads of 1 on planes small enough for the flat passes (7 x 7 to
+# 28 x 28), and planes too short for avx512's flat run that avx2's still takes (5 x 4, 3 x 8)
+FLAT_SHAPES = [(1, 3, 7, 7), (2, 2, 14, 14), (1, 2, 28, 28), (1, 2, 5, 4), (1, 1, 3, 8)]
+
+
+@pytest.mark.parametrize("shape", FLAT_SHAPES)
+def test_flat_planes_keep_the_row_kernels_bits(shape):
+    """Contiguous planes take the flat passes, a column slice of a wider array the row-at-a-time
+    ones: the same bits from both (signed-zero ties, NaN and infinities in corners and edges),
+    on every path and split."""
+    rng = np.random.default_rng(sum(shape))
+    h, w = shape[2:]
+    wide = rng.choice(np.array([-0.0, 0.0, -1.0, 2.0], F32), size=(*shape[:2], h, w + 3))
+    wide[0, 0, 0, 1] = wide[0, -1, -1, w] = np.nan  # corners of the first and last plane
+    wide[0, 0, h // 2, 1 + w // 2] = np.inf
+    wide[-1, 0, h - 1, 1] = -np.inf
+    rows = wide[..., 1 : 1 + w]  # rows w + 3 floats apart: the row kernels
+    flat = np.ascontiguousarray(rows)
+    args = [(3, 3), (1, 1), (1, 1), (1, 1)]
+    want = maxpool_reference(flat, *args, (h, w))
+    first = None
+    for isa in [p for p in ALL_PATHS if p in ISAS]:
+        for threads in (1, 2):
+            for x in (flat, rows):
+                y = np.empty(shape, F32)
+                simd.MaxPoolCall(x, y, *args, isa, 0, -1, threads)()
+                np.testing.assert_array_equal(y, want)
+                first = bits(y) if first is None else first
+                np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")

@@ -103,6 +103,15 @@ inline int64_t avgpool_work_floats(const ConvShape& s, const AvgPoolGeometry& g)
     return g.ring * (s.oh * g.wp + g.slack);
 }
 
+// pool2d's flat kernel (pool_driver.inc): 3 x 3 windows at stride 1 with one pad on every side
+// (the inception pool branches' AveragePool and MaxPool), planes of (h - 2) * w >= lanes
+// positions whose buffers (4 * h * w + 6 * lanes floats) fit the work buffer (up to 28 x 28).
+inline bool pool_flat_threes(const ConvShape& s, const AvgPoolGeometry& g, int64_t lanes) {
+    return s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+           s.ph == 1 && s.pw == 1 && s.oh == s.h && s.ow == s.w && (s.h - 2) * s.w >= lanes &&
+           4 * s.h * s.w + 6 * lanes <= avgpool_work_floats(s, g);
+}
+
 struct IsaKernels {
     const char* name;
     int nr;  // columns per packed panel of B

@@ -496,8 +496,10 @@ int64_t pool_layout(const ConvShape& s, int64_t wide, const char* what, AvgPoolG
 // The kernels pool2d runs on: rows narrower than 16 floats on avx512 take avx2's 8 lanes, which
 // waste fewer lanes (every lane does the same arithmetic on every ISA, so the bits are the
 // same; 1024 7 x 7 planes: AveragePool 30 us against 41 us).
-const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s) {
+const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s,
+                                      const AvgPoolGeometry& g) {
 #if defined(GRAPHRT_SIMD_X86)
+    if (pool_flat_threes(s, g, 16)) return kern;  // (the flat kernel fills its lanes)
     if (kern == &avx512_kernels && s.w < 16 && s.ow < 16 && cpu_has_avx2()) return &avx2_kernels;
 #endif
     return kern;
@@ -570,7 +572,7 @@ protected:
                                  "the padded height");
         padded_width_ = padded_extent(s_.w, s_.pw, s_.kw, s_.sw, s_.dw, ow);
         work_floats_ = pool_layout(s_, padded_width_, what, g_, rows_);
-        kern_ = narrow_pool_kernels(kern_, s_);
+        kern_ = narrow_pool_kernels(kern_, s_, g_);
         x_cs_ = xs[1] > 1 ? x.stride(1) : x.stride(0);
         x_rs_ = x.stride(2);
         const int64_t outs = (end_ - begin_) * oh * ow;  // y's size at most: no overflow
