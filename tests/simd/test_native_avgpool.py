@@ -76,6 +76,11 @@ COMMON = [
     ((1, 5, 7, 7), dict(kernel_shape=[7, 7])),
     ((1, 13, 14, 14), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
     ((2, 3, 57, 31), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 3, 20, 45), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    (
+        (1, 2, 9, 66),
+        dict(kernel_shape=[3, 3], strides=[2, 2], count_include_pad=1, pads=[1, 1, 1, 1]),
+    ),
     ((1, 17, 14, 14), dict(kernel_shape=[2, 2], strides=[2, 2])),
     ((1, 3, 56, 56), dict(kernel_shape=[2, 2], strides=[2, 2])),
     ((1, 3, 15, 9), dict(kernel_shape=[2, 2], strides=[2, 2], count_include_pad=1)),

@@ -67,6 +67,30 @@ struct PoolLanes {
     static inline void store_n(float* p, __m256 v, int64_t n) {
         _mm256_maskstore_ps(p, first(n), v);
     }
+    // lanes N, ..., 7 of a, then lanes 0, ..., N - 1 of b: palignr per 128-bit half, over a
+    // and the halves a_hi, b_lo
+    template <int N>
+    static inline __m256 shift(__m256 a, __m256 b) {
+        const __m256 middle = _mm256_permute2f128_ps(a, b, 0x21);
+        return _mm256_castsi256_ps(
+            _mm256_alignr_epi8(_mm256_castps_si256(middle), _mm256_castps_si256(a), 4 * N));
+    }
+    // lanes [lo, hi) of v, the others `fill`
+    static inline __m256 keep_range(__m256 v, int64_t lo, int64_t hi, __m256 fill) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i in = _mm256_andnot_si256(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lo)), lane),
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane));
+        return _mm256_blendv_ps(fill, v, _mm256_castsi256_ps(in));
+    }
+    // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 8; only those lanes are read)
+    static inline __m256 load_range(const float* p, int64_t lo, int64_t hi, __m256 fill) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i in = _mm256_andnot_si256(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lo)), lane),
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane));
+        return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, in), _mm256_castsi256_ps(in));
+    }
 };
 
 #include "gemm_driver.inc"

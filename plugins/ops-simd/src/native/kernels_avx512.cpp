@@ -68,6 +68,22 @@ struct PoolLanes {
     static inline void store_n(float* p, __m512 v, int64_t n) {
         _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
     }
+    // lanes N, ..., 15 of a, then lanes 0, ..., N - 1 of b (the windows of the next columns)
+    template <int N>
+    static inline __m512 shift(__m512 a, __m512 b) {
+        return _mm512_castsi512_ps(
+            _mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), N));
+    }
+    // lanes [lo, hi) of v, the others `fill`
+    static inline __m512 keep_range(__m512 v, int64_t lo, int64_t hi, __m512 fill) {
+        const unsigned mask = ((1u << hi) - 1) & ~((1u << lo) - 1);
+        return _mm512_mask_blend_ps(static_cast<__mmask16>(mask), fill, v);
+    }
+    // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 16; only those lanes are read)
+    static inline __m512 load_range(const float* p, int64_t lo, int64_t hi, __m512 fill) {
+        const unsigned mask = ((1u << hi) - 1) & ~((1u << lo) - 1);
+        return _mm512_mask_loadu_ps(fill, static_cast<__mmask16>(mask), p);
+    }
 };
 
 #include "gemm_driver.inc"

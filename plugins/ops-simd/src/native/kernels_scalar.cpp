@@ -135,6 +135,23 @@ struct PoolLanes {
     static inline void store_n(float* p, UF v, int64_t n) {
         for (int64_t i = 0; i < n; ++i) p[i] = v[i];
     }
+    // lanes N, ..., 3 of a, then lanes 0, ..., N - 1 of b
+    template <int N>
+    static inline UF shift(UF a, UF b) {
+        UF r;
+        for (int i = 0; i < 4; ++i) r[i] = i + N < 4 ? a[i + N] : b[i + N - 4];
+        return r;
+    }
+    // lanes [lo, hi) of v, the others `fill`
+    static inline UF keep_range(UF v, int64_t lo, int64_t hi, UF fill) {
+        for (int64_t i = lo; i < hi; ++i) fill[i] = v[i];
+        return fill;
+    }
+    // lanes [lo, hi) of p, the others `fill` (only those lanes are read)
+    static inline UF load_range(const float* p, int64_t lo, int64_t hi, UF fill) {
+        for (int64_t i = lo; i < hi; ++i) fill[i] = p[i];
+        return fill;
+    }
 };
 
 #include "unary_driver.inc"
