@@ -75,14 +75,6 @@ struct PoolLanes {
         return _mm256_castsi256_ps(
             _mm256_alignr_epi8(_mm256_castps_si256(middle), _mm256_castps_si256(a), 4 * N));
     }
-    // lanes [lo, hi) of v, the others `fill`
-    static inline __m256 keep_range(__m256 v, int64_t lo, int64_t hi, __m256 fill) {
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m256i in = _mm256_andnot_si256(
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lo)), lane),
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane));
-        return _mm256_blendv_ps(fill, v, _mm256_castsi256_ps(in));
-    }
     // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 8; only those lanes are read)
     static inline __m256 load_range(const float* p, int64_t lo, int64_t hi, __m256 fill) {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

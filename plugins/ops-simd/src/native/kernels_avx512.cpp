@@ -74,11 +74,6 @@ struct PoolLanes {
         return _mm512_castsi512_ps(
             _mm512_alignr_epi32(_mm512_castps_si512(b), _mm512_castps_si512(a), N));
     }
-    // lanes [lo, hi) of v, the others `fill`
-    static inline __m512 keep_range(__m512 v, int64_t lo, int64_t hi, __m512 fill) {
-        const unsigned mask = ((1u << hi) - 1) & ~((1u << lo) - 1);
-        return _mm512_mask_blend_ps(static_cast<__mmask16>(mask), fill, v);
-    }
     // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 16; only those lanes are read)
     static inline __m512 load_range(const float* p, int64_t lo, int64_t hi, __m512 fill) {
         const unsigned mask = ((1u << hi) - 1) & ~((1u << lo) - 1);

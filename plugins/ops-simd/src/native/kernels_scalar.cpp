@@ -142,11 +142,6 @@ struct PoolLanes {
         for (int i = 0; i < 4; ++i) r[i] = i + N < 4 ? a[i + N] : b[i + N - 4];
         return r;
     }
-    // lanes [lo, hi) of v, the others `fill`
-    static inline UF keep_range(UF v, int64_t lo, int64_t hi, UF fill) {
-        for (int64_t i = lo; i < hi; ++i) fill[i] = v[i];
-        return fill;
-    }
     // lanes [lo, hi) of p, the others `fill` (only those lanes are read)
     static inline UF load_range(const float* p, int64_t lo, int64_t hi, UF fill) {
         for (int64_t i = lo; i < hi; ++i) fill[i] = p[i];
