@@ -140,6 +140,9 @@ def execute(spec: dict[str, Any]) -> None:
     elif fn == "layer_norm":
         y = a["x"] if _same(a["y"]) else a["y"]
         N.layer_norm(a["x"], y, a["scale"], a["bias"], a["eps"], a["isa"], a["threads"])
+    elif fn == "softmax":
+        y = a["x"] if _same(a["y"]) else a["y"]
+        N.softmax(a["x"], y, a["isa"], a["threads"])
     elif fn == "canonicalize_nan":
         N.canonicalize_nan(a["x"])
     elif fn == "nms":

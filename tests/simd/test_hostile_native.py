@@ -417,12 +417,51 @@ NATIVE_CASES = {
         "assert np.isnan(y[:2]).all() and np.isfinite(y[2:]).all()",
         "ok",
     ),
+    # -- softmax
+    "softmax_empty": (
+        "for x in [np.zeros((0, 5), f), np.zeros((5, 0), f), np.empty((2**40, 0), f),\n"
+        "          np.empty((0, 2**40), f), off((0, 8))]:\n"
+        "    N.softmax(x, x, isa, 2**31 - 1)",
+        "ok",
+    ),
+    "softmax_huge_broadcast": (
+        "N.softmax(huge((2**40, 4)), np.zeros((1, 4), f), isa, 2)",
+        "ValueError: x must be C-contiguous",
+    ),
+    "softmax_misaligned_dtypes_shapes": (
+        "x = rand(3, 8); y = np.empty_like(x)\n"
+        'aligned = "must be an aligned float32 array"\n'
+        "raises(ValueError, aligned, N.softmax, off((3, 8)), y, isa, 2)\n"
+        "raises(ValueError, aligned, N.softmax, x, off((3, 8)), isa, 2)\n"
+        'raises(TypeError, "float32", N.softmax, x.astype(np.float64), y, isa, 2)\n'
+        'raises(ValueError, "2 dimension", N.softmax, np.ones(8, f), np.ones(8, f), isa, 2)\n'
+        'raises(ValueError, "C-contiguous", N.softmax, np.ones((6, 8), f)[::2], y, isa, 2)\n'
+        "N.softmax(x, np.empty((3, 7), f), isa, 2)",
+        "ValueError: y must have x's shape",
+    ),
+    "softmax_overlap": (
+        "buf = rand(40)\n"
+        "N.softmax(buf[:24].reshape(3, 8), buf[8:32].reshape(3, 8), isa, 2)",
+        "ValueError: out must not overlap x unless it is x itself",
+    ),
+    "softmax_values_and_threads": (  # against float64; rows of NaN, inf and -inf give NaN
+        "x = rand(1000, 1001) * 30; x[0, 5] = np.nan; x[1, 7] = np.inf; x[2] = -np.inf\n"
+        "want = np.empty_like(x); y = np.empty_like(x)\n"
+        "N.softmax(x, want, isa, 1)\n"
+        "for t in (-(2**31), 0, 2**31 - 1, 257, 3):\n"
+        "    N.softmax(x, y, isa, t)\n"
+        "    assert (bits(y) == bits(want)).all(), t\n"
+        "d = x[3:].astype(float); e = np.exp(d - d.max(-1, keepdims=True))\n"
+        "assert np.allclose(y[3:], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-12)\n"
+        "assert np.isnan(y[:3]).all() and np.isfinite(y[3:]).all()",
+        "ok",
+    ),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(NATIVE_CASES))
 def test_native_entry_point_hostile_arguments(name: str) -> None:
-    """RnnPlan, attention, unary_fast and layer_norm called directly with extreme sizes,
+    """RnnPlan, attention, unary_fast, layer_norm and softmax called directly with extreme sizes,
     broadcast (zero-stride) views of huge extents, empty arrays, misaligned, strided, read-only
     and wrongly typed arrays and extreme thread counts: a refusal or a checked result, each in
     a child process that must not die of a signal."""

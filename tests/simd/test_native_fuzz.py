@@ -444,9 +444,38 @@ def layer_norm_spec(draw) -> dict:
     )
 
 
+@st.composite
+def softmax_spec(draw) -> dict:
+    rows = draw(st.sampled_from([0, 1, 3, 129]))
+    n = draw(st.sampled_from([0, 1, 7, 1000]))
+    spec = {
+        "fn": "softmax",
+        "x": clean((rows, n)),
+        "y": draw(st.sampled_from(["same", clean((rows, n))])),
+        "isa": draw(isa()),
+        "threads": draw(st.sampled_from([1, 2, 3, 0])),
+    }
+    return draw(
+        corrupt(
+            spec,
+            {
+                "x": st.one_of(
+                    hostile_array((rows, n)),
+                    st.just(("float32", (1 << 40, 0), "c")),
+                    st.just(("float32", (1 << 40, n), "broadcast")),
+                ),
+                "y": hostile_array((rows, n)),
+                "isa": BAD_ISA,
+                "threads": st.sampled_from(THREADS),
+            },
+        )
+    )
+
+
 ENTRY_POINTS = {
     "attention": attention_spec(),
     "layer_norm": layer_norm_spec(),
+    "softmax": softmax_spec(),
     "unary_fast": unary_spec(fast=True),
     "conv": conv_spec(),
     "maxpool2d": maxpool_spec(),

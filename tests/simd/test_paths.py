@@ -72,6 +72,7 @@ def test_plugin_provides_the_three_paths_ranked():
             "LSTM",
             "Attention",
             "LayerNormalization",
+            "Softmax",
             "BatchNormalization",
             "MatMulInteger",
             "QLinearMatMul",

@@ -2,7 +2,7 @@
 
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool,
 AveragePool, Concat, Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
-LayerNormalization, BatchNormalization (and FusedBatchNormalization), the fused products
+LayerNormalization, Softmax, BatchNormalization (and FusedBatchNormalization), the fused products
 (FusedConv, FusedMatMul, FusedGemm) and the int8 products (MatMulInteger, QLinearMatMul,
 with DynamicQuantizeLinear: qproduct.py) and convolutions (ConvInteger, QLinearConv:
 qconv.py); the session picks the best available one ("auto") or the one forced by
@@ -20,6 +20,7 @@ from . import _native
 from .elementwise import UNARY, Gelu
 from .kernels import Gemm, MatMul, NumpyFactory
 from .layernorm import LayerNormalization
+from .softmax import Softmax
 
 # Imported when a session first builds one of their kernels (graphrt.lazy): each pulls in the
 # numpy kernels it wraps, which a model without those operators should not pay for at start.
@@ -82,6 +83,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "Attention"): _factory(Attention, isa),
                 ("com.graphrt", "Attention"): _factory(Attention, isa),
                 ("", "LayerNormalization"): _factory(LayerNormalization, isa),
+                ("", "Softmax"): _factory(Softmax, isa),
                 ("", "BatchNormalization"): _factory(batchnorm.BatchNormalization, isa),
                 ("com.graphrt", "FusedBatchNormalization"): _factory(
                     batchnorm.BatchNormalization, isa

@@ -246,6 +246,33 @@ void layer_norm(const InArray& x, OutArray y, const InArray& scale, std::optiona
     });
 }
 
+// y = Softmax(x) over the last axis of a C-contiguous float32 (rows, n) x; y is x itself or
+// apart from it.  Rows spread over the threads as layer_norm's (a row's bits are its own).
+void softmax(const InArray& x, OutArray y, const std::string& isa, int threads) {
+    const FastKernels& kern = fast_for(isa);
+    check_matrix(x, "x");
+    check_matrix(y, "y");
+    check_flat(x, "x");
+    check_flat(y, "y");
+    const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
+    if (xs != ys) bad("y must have x's shape " + shape_text(xs) + ", got " + shape_text(ys));
+    if (y.data() != x.data()) check_no_overlap(y, x, "x unless it is x itself");
+    const int64_t rows = xs[0], n = xs[1];
+    const float* px = static_cast<const float*>(x.data());
+    float* py = static_cast<float*>(y.data());
+    threads = clamp_threads(threads);
+    if (rows == 0 || n == 0) return;
+    const int64_t blocks =
+        threads > 1 && mul(rows, n, "x's size") >= NORM_PARALLEL ? std::min<int64_t>(rows, threads) : 1;
+    nb::gil_scoped_release nogil;
+    NativePool::get().run(blocks, threads, [&](int64_t i) {
+        const int64_t per = rows / blocks, extra = rows % blocks;
+        const int64_t lo = per * i + std::min(extra, i);
+        const int64_t hi = per * (i + 1) + std::min(extra, i + 1);
+        kern.softmax(px, py, lo, hi, n);
+    });
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -265,6 +292,10 @@ void bind_attention(nb::module_& m) {
           "y = (x - mean) / sqrt(var + eps) * scale + bias over the rows of a C-contiguous "
           "float32 (rows, n) x (y is x or apart from it; scale, bias: n elements or one, bias "
           "may be None).  Fast mode: fused multiply-adds.");
+    m.def("softmax", &softmax, nb::arg("x"), nb::arg("y"), nb::arg("isa"), nb::arg("threads") = 1,
+          "y = exp(x - max) / sum(exp(x - max)) over the rows of a C-contiguous float32 (rows, "
+          "n) x (y is x or apart from it).  Fast mode: a polynomial exp; a NaN or an infinity "
+          "makes its row NaN.");
 }
 
 }  // namespace graphrt_simd

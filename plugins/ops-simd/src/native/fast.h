@@ -58,6 +58,9 @@ struct FastKernels {
     void (*gemm_rows_half[2])(int64_t m0, int64_t m1, int64_t n, int64_t k, Strided a,
                               const uint16_t* packed, float* c, std::ptrdiff_t ldc,
                               const Epilogue* ep);
+    // Rows [r0, r1) of n floats (x and y C-contiguous, y may be x): y = exp(x - max) / sum of
+    // the row's exponentials (fast_math.inc's exp).
+    void (*softmax)(const float* x, float* y, int64_t r0, int64_t r1, int64_t n);
 };
 
 // The fast kernels of the ISA whose IsaKernels these are (attention.cpp: defined outside the
