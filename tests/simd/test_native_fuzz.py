@@ -410,6 +410,16 @@ def attention_spec(draw) -> dict:
     )
 
 
+def rows_of(rows: int, n: int):
+    """A row-wise kernel's hostile x: any hostile array, or extents of 2^40 rows (none or
+    broadcast)."""
+    return st.one_of(
+        hostile_array((rows, n)),
+        st.just(("float32", (1 << 40, 0), "c")),
+        st.just(("float32", (1 << 40, n), "broadcast")),
+    )
+
+
 @st.composite
 def layer_norm_spec(draw) -> dict:
     rows = draw(st.sampled_from([0, 1, 3, 129, 1024]))
@@ -428,11 +438,7 @@ def layer_norm_spec(draw) -> dict:
         corrupt(
             spec,
             {
-                "x": st.one_of(
-                    hostile_array((rows, n)),
-                    st.just(("float32", (1 << 40, 0), "c")),
-                    st.just(("float32", (1 << 40, n), "broadcast")),
-                ),
+                "x": rows_of(rows, n),
                 "y": hostile_array((rows, n)),
                 "scale": st.one_of(hostile_array((n,)), st.just(("float32", (n,), "broadcast"))),
                 "bias": hostile_array((n,)),
@@ -459,11 +465,7 @@ def softmax_spec(draw) -> dict:
         corrupt(
             spec,
             {
-                "x": st.one_of(
-                    hostile_array((rows, n)),
-                    st.just(("float32", (1 << 40, 0), "c")),
-                    st.just(("float32", (1 << 40, n), "broadcast")),
-                ),
+                "x": rows_of(rows, n),
                 "y": hostile_array((rows, n)),
                 "isa": BAD_ISA,
                 "threads": st.sampled_from(THREADS),

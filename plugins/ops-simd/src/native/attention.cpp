@@ -203,20 +203,39 @@ void unary_fast(const std::string& fn, const InArray& x, OutArray out, const std
 // costs about what the rows do: a (128, 384) tensor takes 10-20 us on one thread).
 constexpr int64_t NORM_PARALLEL = int64_t(1) << 18;
 
-// y = LayerNormalization(x) over the last axis of a C-contiguous (rows, n) x; y is x itself or
-// apart from it; scale and bias (or None) are C-contiguous with n elements or one.
-void layer_norm(const InArray& x, OutArray y, const InArray& scale, std::optional<InArray> bias,
-                float eps, const std::string& isa, int threads) {
-    const FastKernels& kern = fast_for(isa);
+// x and y of a row-wise kernel: float32 (rows, n) matrices, C-contiguous, of one shape, y x
+// itself or apart from it; returns (rows, n).
+std::pair<int64_t, int64_t> checked_rows(const InArray& x, const OutArray& y) {
     check_matrix(x, "x");
     check_matrix(y, "y");
     check_flat(x, "x");
     check_flat(y, "y");
     const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
     if (xs != ys) bad("y must have x's shape " + shape_text(xs) + ", got " + shape_text(ys));
-    const int64_t rows = xs[0], n = xs[1];
     if (y.data() != x.data()) check_no_overlap(y, x, "x unless it is x itself");
-    const auto vector_of = [&](const InArray& v, const char* what) -> int64_t {
+    return {xs[0], xs[1]};
+}
+
+// fn(lo, hi) over rows [0, rows) in up to `threads` equal blocks from NORM_PARALLEL elements on
+// (else one), the GIL released: rows are independent, so any split gives the same bits.
+template <class Fn>
+void run_rows(int64_t rows, int64_t n, int threads, const Fn& fn) {
+    const int64_t blocks =
+        threads > 1 && mul(rows, n, "x's size") >= NORM_PARALLEL ? std::min<int64_t>(rows, threads) : 1;
+    nb::gil_scoped_release nogil;
+    NativePool::get().run(blocks, threads, [&](int64_t i) {
+        const int64_t per = rows / blocks, extra = rows % blocks;
+        fn(per * i + std::min(extra, i), per * (i + 1) + std::min(extra, i + 1));
+    });
+}
+
+// y = LayerNormalization(x) over the last axis of a C-contiguous (rows, n) x; y is x itself or
+// apart from it; scale and bias (or None) are C-contiguous with n elements or one.
+void layer_norm(const InArray& x, OutArray y, const InArray& scale, std::optional<InArray> bias,
+                float eps, const std::string& isa, int threads) {
+    const FastKernels& kern = fast_for(isa);
+    const auto [rows, n] = checked_rows(x, y);
+    const auto vector_of = [&, n = n](const InArray& v, const char* what) -> int64_t {
         check_matrix(v, what, 1);
         check_flat(v, what);
         const int64_t len = static_cast<int64_t>(v.shape(0));
@@ -234,43 +253,22 @@ void layer_norm(const InArray& x, OutArray y, const InArray& scale, std::optiona
     const float* pb = bias ? static_cast<const float*>(bias->data()) : nullptr;
     threads = clamp_threads(threads);
     if (rows == 0 || n == 0) return;  // nothing to write
-    const int64_t blocks =
-        threads > 1 && mul(rows, n, "x's size") >= NORM_PARALLEL ? std::min<int64_t>(rows, threads) : 1;
-    nb::gil_scoped_release nogil;
-    // rows are independent: any split gives the same bits
-    NativePool::get().run(blocks, threads, [&](int64_t i) {
-        const int64_t per = rows / blocks, extra = rows % blocks;
-        const int64_t lo = per * i + std::min(extra, i);
-        const int64_t hi = per * (i + 1) + std::min(extra, i + 1);
+    run_rows(rows, n, threads, [&, n = n](int64_t lo, int64_t hi) {
         kern.layer_norm(px, py, lo, hi, n, ps, scale_step, pb, bias_step, eps);
     });
 }
 
 // y = Softmax(x) over the last axis of a C-contiguous float32 (rows, n) x; y is x itself or
-// apart from it.  Rows spread over the threads as layer_norm's (a row's bits are its own).
+// apart from it.
 void softmax(const InArray& x, OutArray y, const std::string& isa, int threads) {
     const FastKernels& kern = fast_for(isa);
-    check_matrix(x, "x");
-    check_matrix(y, "y");
-    check_flat(x, "x");
-    check_flat(y, "y");
-    const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
-    if (xs != ys) bad("y must have x's shape " + shape_text(xs) + ", got " + shape_text(ys));
-    if (y.data() != x.data()) check_no_overlap(y, x, "x unless it is x itself");
-    const int64_t rows = xs[0], n = xs[1];
+    const auto [rows, n] = checked_rows(x, y);
     const float* px = static_cast<const float*>(x.data());
     float* py = static_cast<float*>(y.data());
     threads = clamp_threads(threads);
     if (rows == 0 || n == 0) return;
-    const int64_t blocks =
-        threads > 1 && mul(rows, n, "x's size") >= NORM_PARALLEL ? std::min<int64_t>(rows, threads) : 1;
-    nb::gil_scoped_release nogil;
-    NativePool::get().run(blocks, threads, [&](int64_t i) {
-        const int64_t per = rows / blocks, extra = rows % blocks;
-        const int64_t lo = per * i + std::min(extra, i);
-        const int64_t hi = per * (i + 1) + std::min(extra, i + 1);
-        kern.softmax(px, py, lo, hi, n);
-    });
+    run_rows(rows, n, threads,
+             [&, n = n](int64_t lo, int64_t hi) { kern.softmax(px, py, lo, hi, n); });
 }
 
 }  // namespace
