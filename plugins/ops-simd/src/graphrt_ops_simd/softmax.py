@@ -77,6 +77,6 @@ def _nothing() -> None:
 
 def _run_copying(x: np.ndarray, y: np.ndarray, p: _Plan, isa: str, threads: int) -> None:
     """A strided X or Y (a view some kernel produced): through a contiguous copy, per run."""
-    out = np.ascontiguousarray(x, dtype=F32).reshape(p.rows, p.size).copy()
+    out = np.array(x, dtype=F32, order="C").reshape(p.rows, p.size)  # one copy, X's own
     _native.softmax(out, out, isa, threads)
     np.copyto(y, out.reshape(y.shape))
