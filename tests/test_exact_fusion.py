@@ -97,6 +97,22 @@ def constant_subgraph() -> tuple[onnx.ModelProto, dict]:
     return model, {"x": _specials(rand_x(4, 5))}
 
 
+def twin_branches() -> tuple[onnx.ModelProto, dict]:
+    """Two Conv -> Sigmoid branches on x whose weights are equal arrays under two names (a
+    folded ConstantOfShape's), added: common subexpression elimination keeps one branch."""
+    w = rand_w(4, 3, 3, 3)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "w2"], ["c2"], pads=[1] * 4),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Sigmoid", ["c2"], ["s2"]),
+        helper.make_node("Add", ["s1", "s2"], ["y"]),
+    ]
+    inits = [init("w1", w), init("w2", w.copy())]
+    model = make_model(nodes, [tensor("x", shape=[2, 3, 6, 6])], [tensor("y")], inits)
+    return model, {"x": _specials(rand_x(2, 3, 6, 6))}
+
+
 def dropout() -> tuple[onnx.ModelProto, dict]:
     nodes = [
         helper.make_node("Dropout", ["x", "ratio"], ["d"]),
@@ -190,6 +206,7 @@ Builder = Callable[[], tuple[onnx.ModelProto, dict]]
 CASES: dict[str, list[tuple[str, Builder]]] = {
     "constant_folding": [("exp_of_constant", constant_subgraph)],
     "eliminate_inference_dropout": [("dropout", dropout)],
+    "eliminate_common_subexpressions": [("twin_branches", twin_branches)],
     "fuse_product_activation": [
         (
             f"{op}_{act}_{'bias' if bias else 'nobias'}",

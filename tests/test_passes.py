@@ -5,7 +5,8 @@ from __future__ import annotations
 import types
 
 import numpy as np
-from onnx import helper, numpy_helper
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 import graphrt
 from graphrt import hookimpl
@@ -186,7 +187,9 @@ def test_batchnorm_folding_rewrites_a_weight_only_where_nothing_else_sees_it():
     nodes = [
         helper.make_node("Conv", ["x", "W"], ["c1"]),
         helper.make_node("BatchNormalization", ["c1", *(p.name for p in bns["1"])], ["y1"]),
-        helper.make_node("Conv", ["x", "W"], ["c2"]),
+        # (its default pads written out: attributes as written differ, so common subexpression
+        # elimination keeps both Convs, and each has its own BatchNormalization to absorb)
+        helper.make_node("Conv", ["x", "W"], ["c2"], pads=[0] * 4),
         helper.make_node("BatchNormalization", ["c2", *(p.name for p in bns["2"])], ["y2"]),
         helper.make_node("Reshape", ["F", "wshape"], ["V"]),
         helper.make_node("Conv", ["x", "V"], ["c3"]),
@@ -220,3 +223,86 @@ def test_batchnorm_folding_rewrites_a_weight_only_where_nothing_else_sees_it():
     }
     for got, want in zip(sess.run(None, feed), hand.run(None, feed)):
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# -- common subexpression elimination --------------------------------------------------------
+
+
+def _twins(second_weight: np.ndarray, **conv2) -> onnx.ModelProto:
+    """Conv -> Relu twice on x (the second Conv's weight and attributes given), added."""
+    w = np.random.default_rng(7).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "w2"], ["c2"], **({"pads": [1] * 4} | conv2)),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Add", ["r1", "r2"], ["y"]),
+    ]
+    inits = [init("w1", w), init("w2", second_weight if second_weight.size else w.copy())]
+    return make_model(nodes, [tensor("x", shape=[1, 3, 8, 8])], [tensor("y")], inits)
+
+
+def _ops(sess: graphrt.Session) -> list[str]:
+    return [n.info.op_type for n in sess.graph.nodes]
+
+
+def test_twin_branches_with_equal_weights_under_two_names_run_once():
+    model = _twins(np.empty(0, np.float32))
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    for mode in ("fast", "exact"):
+        basic = graphrt.Session(model, mode=mode, optimization_level="basic")
+        none = graphrt.Session(model, mode=mode, optimization_level="none")
+        assert "eliminate_common_subexpressions" in basic.graph.passes_run
+        assert _ops(basic) == ["FusedConv", "Add"]  # the Relus merged once their Convs had
+        assert basic.run(None, {"x": x})[0].tobytes() == none.run(None, {"x": x})[0].tobytes()
+
+
+def test_nodes_that_differ_in_a_weight_byte_or_an_attribute_stay():
+    w = np.random.default_rng(7).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    changed = w.copy()
+    changed.reshape(-1)[-1] = np.nextafter(changed.reshape(-1)[-1], np.float32(np.inf))
+    for model in (_twins(changed), _twins(w.copy(), pads=[0, 1, 1, 1])):
+        sess = graphrt.Session(model, optimization_level="basic")
+        assert _ops(sess).count("FusedConv") == 2
+        assert "eliminate_common_subexpressions" not in sess.graph.passes_run
+
+
+def test_random_operators_dropout_and_graph_outputs_are_never_merged():
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["u1"]),
+        helper.make_node("RandomUniformLike", ["x"], ["u2"]),
+        helper.make_node("Sub", ["u1", "u2"], ["d"]),
+        helper.make_node("Dropout", ["x", "ratio", "training"], ["t1"]),
+        helper.make_node("Dropout", ["x", "ratio", "training"], ["t2"]),
+        helper.make_node("Neg", ["x"], ["n1"]),
+        helper.make_node("Neg", ["x"], ["n2"]),
+    ]
+    inits = [init("ratio", np.float32(0.5))]
+    inputs = [tensor("x", shape=[64]), tensor("training", TensorProto.BOOL, shape=[])]
+    outputs = [tensor(n) for n in ("d", "t1", "t2", "n1", "n2")]
+    sess = graphrt.Session(make_model(nodes, inputs, outputs, inits))
+    assert sorted(_ops(sess)) == sorted(
+        ["RandomUniformLike", "RandomUniformLike", "Sub", "Dropout", "Dropout", "Neg", "Neg"]
+    )
+    x = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    d, t1, t2, n1, n2 = sess.run(None, {"x": x, "training": np.array(True)})
+    assert np.abs(d).max() > 0  # two draws, not one
+    assert (t1 != t2).any()  # two masks
+    np.testing.assert_array_equal(n1, -x)
+    np.testing.assert_array_equal(n2, -x)
+
+
+def test_a_duplicate_reads_the_kept_node_even_where_small_constants_decide():
+    """Gathers of one value with equal index constants merge; with another index they stay."""
+    nodes = [
+        helper.make_node("Gather", ["x", "i0"], ["g0"]),
+        helper.make_node("Gather", ["x", "i0b"], ["g1"]),
+        helper.make_node("Gather", ["x", "i1"], ["g2"]),
+        helper.make_node("Concat", ["g0", "g1", "g2"], ["y"], axis=0),
+    ]
+    inits = [init(n, np.array([v], np.int64)) for n, v in (("i0", 2), ("i0b", 2), ("i1", 3))]
+    model = make_model(nodes, [tensor("x", shape=[5])], [tensor("y")], inits)
+    sess = graphrt.Session(model)
+    assert _ops(sess).count("Gather") == 2
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [2, 2, 3])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from graphrt.passes.base import LEVELS, GraphPass, PassContext, PassGraph, PassNode
 from graphrt.passes.constant_fold import ConstantFolding
+from graphrt.passes.cse import EliminateCommonSubexpressions
 from graphrt.passes.fold_affine import FoldChannelAffine
 from graphrt.passes.fuse_bn import FuseBatchNormIntoConv
 
@@ -19,4 +20,9 @@ __all__ = ["LEVELS", "GraphPass", "PassContext", "PassGraph", "PassNode", "built
 
 def builtin_passes() -> list[GraphPass]:
     """A fresh instance of every built-in pass (passes may keep state while they run)."""
-    return [ConstantFolding(), FuseBatchNormIntoConv(), FoldChannelAffine()]
+    return [
+        ConstantFolding(),
+        EliminateCommonSubexpressions(),
+        FuseBatchNormIntoConv(),
+        FoldChannelAffine(),
+    ]
