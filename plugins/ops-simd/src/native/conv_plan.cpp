@@ -39,7 +39,10 @@ constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
 // ... and for plain 1x1 kernels, read as one row of positions, this deep on maps up to this
 // many positions (avx512, bench/conv_micro.py --kernels: 1x1 576->128 on 14 x 14: lanes 264,
 // stream 292 us; 1024->256 on 14 x 14: 909, packed 991; 384->48 on 13 x 13: 62, stream 67;
-// but 64->256 on 13 x 13: 61, packed 55; 512->256 on 28 x 28 a tie).
+// but 64->256 on 13 x 13: 61, packed 55; 512->256 on 28 x 28 a tie); strided 1x1 kernels
+// on as few output positions as deep too (light_resnet50's 1x1/2 512->1024 on 28 x 28: lanes
+// 1904, packed 1993 us warm, 2067 and 2122 with the caches flushed; but 256->512 on 56 x 56,
+// 784 positions: 2209 and 1962 flushed).
 constexpr int64_t LANES_MIN_DEPTH_FLAT = 256;
 constexpr int64_t LANES_MAX_POSITIONS_FLAT = 256;
 constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
@@ -618,7 +621,7 @@ private:
         }
         if (lanes_ok) {
             if (one ? positions <= LANES_MAX_POSITIONS_1X1 ||
-                          (in_place && depth >= LANES_MIN_DEPTH_FLAT &&
+                          ((in_place || !unit) && depth >= LANES_MIN_DEPTH_FLAT &&
                            positions <= LANES_MAX_POSITIONS_FLAT)
                     : unit ? depth >= (s.ow % cnr ? LANES_MIN_DEPTH_UNIT
                                                   : LANES_MIN_DEPTH_WHOLE_ROWS) ||
