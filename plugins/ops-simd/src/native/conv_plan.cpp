@@ -48,6 +48,12 @@ constexpr int64_t LANES_MAX_POSITIONS_FLAT = 256;
 constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
 constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
 constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
+// Rows of whole direct tiles this wide or wider stay with the direct kernel at any depth
+// (since its tiles pair and prefetch the next block's lines; light_vgg19's 3x3 layers, 1 and 2
+// threads: 64->64 on 224 x 224, direct 33.96 / 17.71 ms, lanes 34.74 / 18.39; 64->128 on
+// 112 x 112 16.57 / 8.65, lanes 16.54 / 10.05; 128->128 32.8 / 17.2, lanes 33.1 / 19.0; but on
+// 56 x 56 lanes won by 3% at 1 thread: 128->256, 256->256, light_resnet50's 64->64).
+constexpr int64_t DIRECT_MIN_WIDTH_WHOLE_ROWS = 112;
 constexpr int64_t LANES_MIN_DEPTH = 32;
 // avx2 (8 channels per lanes tile, pairs of them on rows in equal pieces of at most 5;
 // bench/conv_micro.py --kernels --isa avx2, every layer of light_resnet50, light_inception_v1
@@ -623,8 +629,9 @@ private:
             if (one ? positions <= LANES_MAX_POSITIONS_1X1 ||
                           ((in_place || !unit) && depth >= LANES_MIN_DEPTH_FLAT &&
                            positions <= LANES_MAX_POSITIONS_FLAT)
-                    : unit ? depth >= (s.ow % cnr ? LANES_MIN_DEPTH_UNIT
-                                                  : LANES_MIN_DEPTH_WHOLE_ROWS) ||
+                    : unit ? (s.ow % cnr ? depth >= LANES_MIN_DEPTH_UNIT
+                                         : depth >= LANES_MIN_DEPTH_WHOLE_ROWS &&
+                                               s.ow < DIRECT_MIN_WIDTH_WHOLE_ROWS) ||
                                  4 * s.ow < fill_quarters
                            : depth >= LANES_MIN_DEPTH)
                 return LANES;
