@@ -122,6 +122,49 @@ def test_fast_rows_split_gives_the_same_bits(isa):
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(("act", "axis"), [("relu", "col"), ("none", "row"), ("none", None)])
+@pytest.mark.parametrize(("k", "n"), [(2048, 10), (1030, 200), (300, 129), (17, 1)])
+def test_fast_rows_of_a_short_product_have_the_bits_of_the_same_rows_in_tiles(isa, act, axis, k, n):
+    """A product of at most three rows runs a row at a time over several panels of B; each row
+    must come out as it does inside a product of many rows (the micro-tiles), whatever the
+    panels left over, the depth blocks (1030: three) and the epilogue."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(k + n)
+    m = 40
+    a, b = _rand(rng, m, k), _rand(rng, k, n)
+    bias = None if axis is None else _rand(rng, n if axis == "col" else m)
+    packed = simd.pack_b(b, isa)
+    kw = {"bias_axis": axis or "col", "alpha": 0.5, "activation": act}
+    tiles = np.empty((m, n), np.float32)
+    simd.gemm(a, packed, tiles, bias=bias, **kw)
+    for lo, hi in [(0, 1), (5, 7), (37, 40)]:
+        short = np.full((hi - lo, n), np.nan, np.float32)
+        rows_bias = bias[lo:hi] if axis == "row" else bias
+        simd.gemm(a[lo:hi], packed, short, bias=rows_bias, **kw)
+        np.testing.assert_array_equal(bits(short), bits(tiles[lo:hi]))
+        ranged = tiles.copy()  # and as a row range of the whole call
+        simd.gemm(a, packed, ranged, bias=bias, row_begin=lo, row_end=hi, **kw)
+        np.testing.assert_array_equal(bits(ranged), bits(tiles))
+    ref = _epilogue_reference(a, b, 0.5, bias, axis, act, 0.0, 0.0)
+    np.testing.assert_allclose(tiles, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_fast_one_row_splits_its_columns_over_threads_with_the_same_bits(isa, threads):
+    path_or_skip(isa)
+    rng = np.random.default_rng(21)
+    a, b, bias = _rand(rng, 1, 3000), _rand(rng, 3000, 1100), _rand(rng, 1100)
+    packed = simd.pack_b(b, isa)
+    one, many = np.empty((1, 1100), np.float32), np.empty((1, 1100), np.float32)
+    simd.gemm(a, packed, one, bias=bias, activation="relu")
+    simd.gemm(a, packed, many, bias=bias, activation="relu", threads=threads)
+    np.testing.assert_array_equal(bits(many), bits(one))
+    ref = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    np.testing.assert_allclose(one, ref, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(("act", "axis"), [("relu", "col"), ("sigmoid", "row"), ("none", None)])
 @pytest.mark.parametrize("threads", [2, 3, 8])
 def test_fast_thread_split_over_rows_and_columns_gives_the_same_bits(isa, act, axis, threads):

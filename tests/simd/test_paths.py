@@ -226,10 +226,10 @@ def test_matmul_exact_bits_and_fast_values(path, case, threads, native_calls):
 
 
 def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
-    """Default thresholds: tiny products and products of many rows run natively; a large
-    product of few rows stays on numpy on avx2 and runs natively on avx512 (where the packed
-    product beat OpenBLAS at every row count); the scalar path's fast mode never runs
-    natively."""
+    """Default thresholds: tiny products, products of many rows and of one to three rows run
+    natively; a large product of a few more rows stays on numpy on avx2 and runs natively on
+    avx512 (where the packed product beat OpenBLAS at every row count); the scalar path's fast
+    mode never runs natively."""
     import graphrt_ops_simd.kernels as kernels
 
     calls = []
@@ -250,7 +250,17 @@ def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
             assert bool(calls) == native, (path, shape)
             expected = {"scalar": False, "avx512": True}.get(path, shape != (32, 1024))
             assert native == expected, (path, shape)
-    # a matrix-vector product stays on numpy on every path (it wastes the tile's rows)
+    # a matrix-vector product (and up to three rows) runs natively a row at a time, except on
+    # the scalar path
+    for rows in (1, 3, 4):
+        model, feed = _matmul_model((rows, 2048), (2048, 10), True)
+        for path in ISAS:
+            calls.clear()
+            _session(model, path).run(None, feed)
+            native = path != "scalar" and rows <= kernels.FAST_VECTOR_MAX_ROWS[path]
+            assert bool(calls) == native, (path, rows)
+    # ... unless B is too large to hold twice (its packed copy beside the model's)
+    monkeypatch.setattr(kernels, "FAST_VECTOR_MAX_B_BYTES", 2048 * 10 * 4 - 1)
     model, feed = _matmul_model((1, 2048), (2048, 10), True)
     for path in ISAS:
         calls.clear()

@@ -31,6 +31,7 @@ import numpy as np
 
 from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 from graphrt_ops_basic._geometry import call_all
+from graphrt_ops_basic.matmul import COL_BLOCK, COL_SPLIT_THRESHOLD
 
 from . import _native
 
@@ -50,10 +51,15 @@ FAST_MAX_MACS = {"scalar": 0, "avx2": 1 << 14, "avx512": 1 << 13}
 #: kernel's row blocks scale.
 #: On avx512 (Zen 4) the packed product beat OpenBLAS 1.6-2.1x on every shape of
 #: bench/gemm_micro.py (4 x 24 @ 24 x 32 to 128 x 1024 @ 1024 x 256) and 1.3-1.6x from 8
-#: rows on narrow heads (8 x 1024 @ 1024 x 10, 16 x 256 @ 256 x 10); a product of one to four
-#: rows, a matrix-vector product that wastes the micro-tile's rows, stays on numpy
-#: (1 x 2048 @ 2048 x 1000: 205 us natively, 119 us in numpy).
+#: rows on narrow heads (8 x 1024 @ 1024 x 10, 16 x 256 @ 256 x 10).
 FAST_MIN_ROWS = {"scalar": None, "avx2": 128, "avx512": 8}
+#: ... and up to this many rows, where the native GEMM runs a row at a time over several panels
+#: of B (gemm_rows.inc, VECTOR_MAX_ROWS; avx512, one thread: 1 x 2048 @ 2048 x 10 2.5 us, numpy
+#: 4.4; 1 x 1024 @ 1024 x 1000 44, numpy 51; 3 x 1000 @ 1000 x 33 4.3, numpy 4.6; avx2 alike),
+#: with B up to FAST_VECTOR_MAX_B_BYTES: the packed copy is held beside the model's own B, and a
+#: classifier's first layer (light_vgg19's 25088 x 4096, 392 MiB) would double its weight.
+FAST_VECTOR_MAX_ROWS = {"scalar": 0, "avx2": 3, "avx512": 3}
+FAST_VECTOR_MAX_B_BYTES = 32 << 20
 F32 = np.dtype(np.float32)
 
 NumpyFactory = Callable[[NodeInfo], OpKernel]
@@ -184,7 +190,14 @@ class NativeProduct(NativeKernel):
             bounds = [(i * ROW_BLOCK, min(rows, (i + 1) * ROW_BLOCK)) for i in range(p.blocks)]
             if p.blocks == 1 or not p.exact:  # fast: the native call splits the rows itself
                 bounds = [(0, rows)]
-            split = threads if p.blocks > 1 else 1
+            # a product of a few rows splits its columns (gemm's chunks of panels) from the
+            # work at which ops-basic splits them (light_resnet50's 2048 -> 1000 head)
+            few = (
+                rows <= FAST_VECTOR_MAX_ROWS.get(self.isa, 0)
+                and rows * n * k >= COL_SPLIT_THRESHOLD
+                and n > COL_BLOCK
+            )
+            split = threads if p.blocks > 1 or (few and not p.exact) else 1
             parts = [self._call(p, a2, b2, out2, lo, hi, split) for lo, hi in bounds]
         else:
             a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
@@ -262,10 +275,14 @@ def _indexed(parts: list[Callable[[], Any]]) -> Callable[[int], None]:
     return one
 
 
-def fast_native(isa: str, macs: int, rows: int) -> bool:
+def fast_native(isa: str, macs: int, rows: int, b_bytes: int) -> bool:
     """Whether fast mode takes the native GEMM for a product with a constant B."""
     least = FAST_MIN_ROWS.get(isa)
-    return macs <= FAST_MAX_MACS.get(isa, 0) or (least is not None and rows >= least)
+    return (
+        macs <= FAST_MAX_MACS.get(isa, 0)
+        or (least is not None and rows >= least)
+        or (rows <= FAST_VECTOR_MAX_ROWS.get(isa, 0) and b_bytes <= FAST_VECTOR_MAX_B_BYTES)
+    )
 
 
 def _blocks(rows: int, macs: int) -> int:
@@ -292,7 +309,9 @@ class MatMul(NativeProduct):
         rows_flat = len(b2) == 2
         rows = math.prod(a2[:-1]) if rows_flat else m
         if not ctx.exact and (
-            b_value is None or not rows_flat or not fast_native(self.isa, macs, rows)
+            b_value is None
+            or not rows_flat
+            or not fast_native(self.isa, macs, rows, b_value.nbytes)
         ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out)
@@ -344,7 +363,9 @@ class Gemm(NativeProduct):
         b_value = ctx.known_value(1)
         if ctx.exact and b_value is None and tb:
             return self.fallback(ctx)  # the exact kernel reads rows of B'; B.T has none
-        if not ctx.exact and (b_value is None or not fast_native(self.isa, macs, m)):
+        if not ctx.exact and (
+            b_value is None or not fast_native(self.isa, macs, m, b_value.nbytes)
+        ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, (m, n))
         alpha = F32.type(self.node.attr("alpha", 1.0))
