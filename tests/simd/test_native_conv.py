@@ -234,6 +234,17 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
     for kernel in ["lanes", "direct"] if isa != "scalar" else ["direct"]:
         flat = _run(isa, g, wider[..., :w], wt, b, split=False, kernel=kernel, z=z)
         np.testing.assert_array_equal(bits(flat), bits(whole), err_msg=kernel)
+    if isa != "scalar":
+        # lanes read x's planes in place where they lie h * w apart (x, a channel slice of a
+        # larger array), else staged (planes a row apart): the same bits every way
+        taller = np.zeros((n, c, h + 1, w), F32)
+        taller[:, :, :h] = x
+        more = np.zeros((n, c + 5, h, w), F32)
+        more[:, 2 : 2 + c] = x
+        for view in (x, more[:, 2 : 2 + c], taller[:, :, :h]):
+            for split in (False, True):
+                got = _run(isa, g, view, wt, b, split=split, kernel="lanes", z=z)
+                np.testing.assert_array_equal(bits(got), bits(whole))
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
