@@ -247,6 +247,36 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
                 np.testing.assert_array_equal(bits(got), bits(whole))
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("k, stride, size", [(1, 2, 28), (3, 1, 9), (3, 2, 15), (2, 3, 11)])
+def test_lanes_without_padding_read_x_in_place_or_staged_alike(isa, k, stride, size):
+    """With no padding the lanes kernel reads x's own planes where they lie h * w apart (x, a
+    channel slice of a larger array) and a staged copy where they do not: the same bits."""
+    if isa == "scalar":
+        pytest.skip("the scalar path has no channels-in-lanes kernel")
+    path_or_skip(isa)
+    rng = np.random.default_rng(size * k + stride)
+    n, c, m = 2, 24, 40
+    out = ((size - k) // stride + 1,) * 2
+    x = rng.standard_normal((n, c, size, size)).astype(F32)
+    wt = rng.standard_normal((m, c, k, k)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    g = dict(group=1, strides=(stride, stride), dilations=(1, 1), pads=(0, 0), out=out,
+             act="relu")  # fmt: skip
+    z = rng.standard_normal((n, m, *out)).astype(F32)
+    want = np.maximum(reference(x, wt, b, 1, (stride,) * 2, (1, 1), (0, 0), out) + z, 0)
+    whole = _run(isa, g, x, wt, b, split=False, kernel="lanes", z=z)
+    np.testing.assert_allclose(whole, want, rtol=1e-4, atol=1e-3)
+    more = np.zeros((n, c + 3, size, size), F32)
+    more[:, 1 : 1 + c] = x
+    taller = np.zeros((n, c, size + 2, size), F32)
+    taller[:, :, :size] = x
+    for view in (more[:, 1 : 1 + c], taller[:, :, :size]):
+        for split in (False, True):
+            got = _run(isa, g, view, wt, b, split=split, kernel="lanes", z=z)
+            np.testing.assert_array_equal(bits(got), bits(whole))
+
+
 @pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(
     "m, c, kh, group", [(32, 16, 3, 1), (40, 7, 3, 1), (48, 36, 1, 3), (17, 5, 2, 1)]
