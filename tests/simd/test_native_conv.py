@@ -126,7 +126,7 @@ def test_values_and_split_independence(isa, g):
 @pytest.mark.parametrize(
     "m, h, w, k, stride",
     [
-        (80, 9, 29, 3, 1),  # lanes: four channel vectors, then one; rows in pieces of 5, 5, 4
+        (80, 9, 29, 3, 1),  # lanes: four channel vectors, then one; a row a tile, pieces of 6, 5
         (64, 6, 7, 3, 1),  # narrow rows: pairs of channel vectors
         (72, 11, 23, 3, 2),  # strided quads
         (70, 7, 40, 5, 3),  # other strides: quads index each position
@@ -135,8 +135,8 @@ def test_values_and_split_independence(isa, g):
         (40, 5, 16, 3, 1),  # direct: rows of one whole tile, paired with the next row's
         (24, 4, 48, 3, 1),  # direct: a row's third tile paired with the next row's first
         # planes a multiple of 4 KiB apart: lanes buffers each output row
-        (80, 32, 32, 3, 1),  # quads, then a vector (rows of 11, 11, 10)
-        (70, 8, 128, 3, 1),  # quads, then 6 channels stored one by one
+        (80, 32, 32, 3, 1),  # quads, then a vector (a row a tile)
+        (70, 8, 128, 3, 1),  # quads, then 6 channels stored one by one (tiles of 14, 13)
         (72, 64, 64, 3, 2),  # strided, onto 32 x 32
     ],
 )
