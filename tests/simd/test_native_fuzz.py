@@ -420,58 +420,49 @@ def rows_of(rows: int, n: int):
     )
 
 
+def rows_spec(draw, fn: str, rows: int, n: int, params: dict, hostile: dict) -> dict:
+    """A row kernel's spec: x (rows, n), y (x itself or another array), the ISA, the threads
+    and ``params``, some of them made hostile (``hostile``: the bad values of ``params``)."""
+    spec = {
+        "fn": fn,
+        "x": clean((rows, n)),
+        "y": draw(st.sampled_from(["same", clean((rows, n))])),
+        **params,
+        "isa": draw(isa()),
+        "threads": draw(st.sampled_from([1, 2, 3, 0])),
+    }
+    bad = {
+        "x": rows_of(rows, n),
+        "y": hostile_array((rows, n)),
+        **hostile,
+        "isa": BAD_ISA,
+        "threads": st.sampled_from(THREADS),
+    }
+    return draw(corrupt(spec, bad))
+
+
 @st.composite
 def layer_norm_spec(draw) -> dict:
     rows = draw(st.sampled_from([0, 1, 3, 129, 1024]))
     n = draw(st.sampled_from([0, 1, 7, 384]))
-    spec = {
-        "fn": "layer_norm",
-        "x": clean((rows, n)),
-        "y": draw(st.sampled_from(["same", clean((rows, n))])),
+    params = {
         "scale": draw(st.sampled_from([clean((n,)), clean((1,))])),
         "bias": draw(st.sampled_from([None, clean((n,)), clean((1,))])),
         "eps": draw(st.sampled_from([1e-5, 1e-12, 0.0])),
-        "isa": draw(isa()),
-        "threads": draw(st.sampled_from([1, 2, 3, 0])),
     }
-    return draw(
-        corrupt(
-            spec,
-            {
-                "x": rows_of(rows, n),
-                "y": hostile_array((rows, n)),
-                "scale": st.one_of(hostile_array((n,)), st.just(("float32", (n,), "broadcast"))),
-                "bias": hostile_array((n,)),
-                "eps": st.sampled_from([float("nan"), -1.0, float("inf")]),
-                "isa": BAD_ISA,
-                "threads": st.sampled_from(THREADS),
-            },
-        )
-    )
+    hostile = {
+        "scale": st.one_of(hostile_array((n,)), st.just(("float32", (n,), "broadcast"))),
+        "bias": hostile_array((n,)),
+        "eps": st.sampled_from([float("nan"), -1.0, float("inf")]),
+    }
+    return rows_spec(draw, "layer_norm", rows, n, params, hostile)
 
 
 @st.composite
 def softmax_spec(draw) -> dict:
     rows = draw(st.sampled_from([0, 1, 3, 129]))
     n = draw(st.sampled_from([0, 1, 7, 1000]))
-    spec = {
-        "fn": "softmax",
-        "x": clean((rows, n)),
-        "y": draw(st.sampled_from(["same", clean((rows, n))])),
-        "isa": draw(isa()),
-        "threads": draw(st.sampled_from([1, 2, 3, 0])),
-    }
-    return draw(
-        corrupt(
-            spec,
-            {
-                "x": rows_of(rows, n),
-                "y": hostile_array((rows, n)),
-                "isa": BAD_ISA,
-                "threads": st.sampled_from(THREADS),
-            },
-        )
-    )
+    return rows_spec(draw, "softmax", rows, n, {}, {})
 
 
 ENTRY_POINTS = {

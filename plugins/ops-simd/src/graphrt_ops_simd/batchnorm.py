@@ -26,7 +26,6 @@ norms in exact mode: 6.6 -> 0.9 ms a run).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,7 +36,7 @@ from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic.norm import _BatchPlan
 
 from . import _native
-from .kernels import NativeKernel, trial_infer
+from .kernels import NativeKernel, contiguous_call, trial_infer
 
 F32 = np.dtype(np.float32)
 #: Paths whose fast mode uses the native kernel (the scalar path is for exact mode).
@@ -64,7 +63,8 @@ class BatchNormalization(NativeKernel):
         kind = act.kind if act is not None else ""
         x = ctx.shape(0)
         if (
-            (ctx.exact and kind) or (not ctx.exact and self.isa not in FAST_ISAS)
+            (ctx.exact and kind)
+            or (not ctx.exact and self.isa not in FAST_ISAS)
             or ctx.dtype(0) != F32
             or len(x) < 2
             or ctx.num_outputs > 1
@@ -97,17 +97,12 @@ class BatchNormalization(NativeKernel):
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
         threads = getattr(ctx.pool, "threads", 1)
-        if x.flags.c_contiguous and y.flags.c_contiguous:
-            x3, y3 = x.reshape(p.shape), y.reshape(p.shape)
-            # arguments checked once, per run state
-            return _native.ChannelAffineCall(
-                x3, y3, p.scale, p.shift, p.activation, self.isa, threads, p.exact
-            )
-        return functools.partial(_run_copying, x, y, p, self.isa, threads)
-
-
-def _run_copying(x: np.ndarray, y: np.ndarray, p: _Plan, isa: str, threads: int) -> None:
-    """A strided X or Y (a view some kernel produced): through a contiguous copy, per run."""
-    res = np.array(x, dtype=F32, order="C").reshape(p.shape)
-    _native.ChannelAffineCall(res, res, p.scale, p.shift, p.activation, isa, threads, p.exact)()
-    np.copyto(y, res.reshape(y.shape))
+        # (a ChannelAffineCall checks its arguments once, per run state)
+        return contiguous_call(
+            x,
+            y,
+            p.shape,
+            lambda a, b: _native.ChannelAffineCall(
+                a, b, p.scale, p.shift, p.activation, self.isa, threads, p.exact
+            ),
+        )

@@ -90,6 +90,32 @@ class Plan:
     b_scratch: int | None = None  # ... this scratch (float32, b_shape) before the product
 
 
+def contiguous_call(
+    x: np.ndarray,
+    y: np.ndarray,
+    shape: tuple[int, ...],
+    make: Callable[[np.ndarray, np.ndarray], Callable[[], Any]],
+) -> Callable[[], Any]:
+    """The step of a native kernel that reads X and writes Y as C-contiguous arrays of
+    ``shape`` (and may write Y over X): ``make(x, y)`` bound once per run state, or for a
+    strided X or Y (a view some kernel produced) a step that runs ``make`` in place on a
+    contiguous float32 copy of X and copies the result into Y, per run."""
+    if x.flags.c_contiguous and y.flags.c_contiguous:
+        return make(x.reshape(shape), y.reshape(shape))
+    return functools.partial(_through_copy, x, y, shape, make)
+
+
+def _through_copy(
+    x: np.ndarray,
+    y: np.ndarray,
+    shape: tuple[int, ...],
+    make: Callable[[np.ndarray, np.ndarray], Callable[[], Any]],
+) -> None:
+    res = np.array(x, dtype=F32, order="C").reshape(shape)  # one copy, X's own
+    make(res, res)()
+    np.copyto(y, res.reshape(y.shape))
+
+
 def trial_infer(kernel: OpKernel, ctx: InferContext, hidden: Sequence[int] = ()) -> InferContext:
     """Run the numpy kernel's ``infer`` on a copy of ``ctx``: its checks, its plan, its types.
 

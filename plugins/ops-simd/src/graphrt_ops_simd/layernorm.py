@@ -28,7 +28,7 @@ from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic._util import normalize_axis
 
 from . import _native
-from .kernels import NativeKernel, trial_infer
+from .kernels import NativeKernel, contiguous_call, trial_infer
 
 F32 = np.dtype(np.float32)
 
@@ -85,15 +85,6 @@ class LayerNormalization(NativeKernel):
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
         args = (p.scale, p.bias, p.eps, self.isa, getattr(ctx.pool, "threads", 1))
-        if x.flags.c_contiguous and y.flags.c_contiguous:
-            x2, y2 = x.reshape(p.rows, p.size), y.reshape(p.rows, p.size)
-            return functools.partial(_native.layer_norm, x2, y2, *args)
-        return functools.partial(_run_copying, x, y, p, args)
-
-
-def _run_copying(x: np.ndarray, y: np.ndarray, p: _Plan, args: tuple[Any, ...]) -> None:
-    """A strided X or Y (a view some kernel produced): through contiguous copies, per run."""
-    res = np.ascontiguousarray(x, dtype=F32).reshape(p.rows, p.size)
-    out = np.empty_like(res)
-    _native.layer_norm(res, out, *args)
-    np.copyto(y, out.reshape(y.shape))
+        return contiguous_call(
+            x, y, (p.rows, p.size), lambda a, b: functools.partial(_native.layer_norm, a, b, *args)
+        )

@@ -28,7 +28,7 @@ from graphrt.plugin import InferContext, KernelContext
 from graphrt_ops_basic._util import normalize_axis
 
 from . import _native
-from .kernels import NativeKernel, trial_infer
+from .kernels import NativeKernel, contiguous_call, trial_infer
 
 F32 = np.dtype(np.float32)
 
@@ -65,18 +65,13 @@ class Softmax(NativeKernel):
         threads = getattr(ctx.pool, "threads", 1)
         if p.rows * p.size == 0:
             return _nothing
-        if x.flags.c_contiguous and y.flags.c_contiguous:
-            x2, y2 = x.reshape(p.rows, p.size), y.reshape(p.rows, p.size)
-            return functools.partial(_native.softmax, x2, y2, self.isa, threads)
-        return functools.partial(_run_copying, x, y, p, self.isa, threads)
+        return contiguous_call(
+            x,
+            y,
+            (p.rows, p.size),
+            lambda a, b: functools.partial(_native.softmax, a, b, self.isa, threads),
+        )
 
 
 def _nothing() -> None:
     """An empty tensor: nothing to compute."""
-
-
-def _run_copying(x: np.ndarray, y: np.ndarray, p: _Plan, isa: str, threads: int) -> None:
-    """A strided X or Y (a view some kernel produced): through a contiguous copy, per run."""
-    out = np.array(x, dtype=F32, order="C").reshape(p.rows, p.size)  # one copy, X's own
-    _native.softmax(out, out, isa, threads)
-    np.copyto(y, out.reshape(y.shape))
