@@ -295,6 +295,7 @@ public:
         const float *bias = nullptr, *z = nullptr;
         std::ptrdiff_t xs0 = 0, xs1 = 0, xs2 = 0, ys0 = 0, ys1 = 0;
         int act = ACT_NONE;
+        bool x_in_place = false;  // lanes_in_place: x's planes are the staged ones
     };
 
     // Copies x into work, padded (the unit-stride kernels' staged planes); no GIL needed.
@@ -310,7 +311,7 @@ public:
     }
 
     void stage_at(const RunArgs& a, int threads) const {
-        if (lanes_in_place(a)) return;
+        if (a.x_in_place) return;
         const float* px = a.x;
         float* pw = a.work;
         const std::ptrdiff_t xs0 = a.xs0, xs1 = a.xs1, xs2 = a.xs2;
@@ -350,6 +351,7 @@ public:
         a.x = static_cast<const float*>(x.data());
         a.work = static_cast<float*>(const_cast<void*>(static_cast<const void*>(work.data())));
         a.xs0 = x.stride(0), a.xs1 = x.stride(1), a.xs2 = x.stride(2);
+        a.x_in_place = lanes_in_place(a);  // once per bound call, not per run
         check_no_overlap(work, x, "x");  // stage() writes work while it reads x
         if (!yp) return a;
         const OutArray& y = *yp;
@@ -426,7 +428,7 @@ public:
                             (s.c * group_ == 1 || args.xs1 == s.h * s.w);
         const float* px = args.x;
         const float* pw = args.work;
-        const bool in_place = lanes_in_place(args);
+        const bool in_place = args.x_in_place;
         float* py = args.y;
         const float *pb = args.bias, *pz = args.z;
         const int act = args.act;
