@@ -52,7 +52,15 @@ class Activation(OpKernel):
         raise NotImplementedError
 
 
-class LeakyRelu(Activation):
+class FloatActivation(Activation):
+    """An Activation over the float types only: another type fails in ``infer``."""
+
+    def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)
+        super().infer(ctx)
+
+
+class LeakyRelu(FloatActivation):
     """x for x >= 0, alpha x below: max(x, alpha x) when alpha <= 1, else min."""
 
     needs_scratch = True
@@ -67,7 +75,7 @@ class LeakyRelu(Activation):
         self.pick(x, tmp, out=out)
 
 
-class Elu(Activation):
+class Elu(FloatActivation):
     """x for x > 0, alpha (exp(x) - 1) otherwise, as max(x, 0) + alpha expm1(min(x, 0))."""
 
     needs_scratch = True
@@ -98,7 +106,7 @@ class Selu(Elu):
     gamma = 1.05070102214813232421875
 
 
-class HardSigmoid(Activation):
+class HardSigmoid(FloatActivation):
     """max(0, min(1, alpha x + beta))."""
 
     def __init__(self, node: NodeInfo) -> None:
@@ -189,14 +197,6 @@ def clip_bound(dtype: np.dtype, value: Any) -> np.ndarray | None:
 
 
 # -- more activations (the math family) --------------------------------------------------------
-
-
-class FloatActivation(Activation):
-    """An Activation over the float types only: another type fails in ``infer``."""
-
-    def infer(self, ctx: InferContext) -> None:
-        require_float(self, ctx)
-        super().infer(ctx)
 
 
 class _ExactActivation(FloatActivation):

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, name_of
 
 from . import conv_exact
 from ._geometry import (
@@ -407,7 +407,8 @@ class ConvTranspose(Programmed):
         g = self.group
         if len(x) < 3 or len(wshape) != len(x) or not is_float(dtype):
             raise self.fail(
-                f"X {list(x)} and W {list(wshape)} must be float (N, C, spatial...)",
+                f"X {list(x)} and W {list(wshape)} must be float (N, C, spatial...), got "
+                f"{name_of(dtype)}",
                 "invalid_input",
             )
         n, c, mg = x[0], x[1], wshape[1]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import InferContext, KernelContext, NodeInfo
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, name_of
 
 from ._geometry import Programmed, call_all
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, normalize_axis, rewrite_nan
@@ -297,7 +297,8 @@ class InstanceNormalization(ProgramOfCalls):
         x, dtype = ctx.shape(0), ctx.dtype(0)
         if len(x) < 3 or not is_float(dtype):
             raise self.fail(
-                f"X must be a float tensor (N, C, spatial...), got {list(x)}", "invalid_input"
+                f"X must be a float tensor (N, C, spatial...), got {name_of(dtype)} {list(x)}",
+                "invalid_input",
             )
         for i in (1, 2):
             if ctx.shape(i) != (x[1],):
@@ -393,7 +394,8 @@ class LRN(ProgramOfCalls):
         x, dtype = ctx.shape(0), ctx.dtype(0)
         if len(x) < 3 or not is_float(dtype):
             raise self.fail(
-                f"X must be a float tensor (N, C, spatial...), got {list(x)}", "invalid_input"
+                f"X must be a float tensor (N, C, spatial...), got {name_of(dtype)} {list(x)}",
+                "invalid_input",
             )
         ctx.set_output(0, dtype, x)
         ct = _compute_type(dtype)

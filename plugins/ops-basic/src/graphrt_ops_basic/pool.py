@@ -31,6 +31,7 @@ from graphrt.plugin import InferContext, KernelContext, NodeInfo
 
 from ._geometry import Programmed, Staging, Window, call_all, resolve, staging, window_attrs
 from ._util import _CANONICAL_NAN, canonical_sum, constant, is_float, rewrite_nan
+from .unary import require_float
 
 #: Types numpy hands to BLAS in a product.
 BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -407,6 +408,7 @@ class _GlobalPool(Programmed):
     transforms: ClassVar[bool] = False
 
     def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)  # ONNX's float types only (an int32 mean truncated)
         x, dtype = ctx.shape(0), ctx.dtype(0)
         if len(x) < 3:
             raise self.fail(f"X must be (N, C, spatial...), got {list(x)}", "invalid_input")

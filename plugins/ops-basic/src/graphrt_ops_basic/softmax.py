@@ -26,6 +26,7 @@ from graphrt.plugin import InferContext, KernelContext, OpKernel
 from . import _exact_math as em
 from ._erf import compute_dtype
 from ._util import _CANONICAL_NAN, canonical_sum, normalize_axis, rewrite_nan
+from .unary import require_float
 
 #: Elements per block of the exact exp (blocks spread over the intra-op threads).
 BLOCK = 1 << 16
@@ -59,6 +60,7 @@ class _AlongAxis(OpKernel):
     needs_index = False
 
     def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)  # ONNX's float types only (exp of int32 failed in a run)
         dtype, shape = ctx.dtype(0), ctx.shape(0)
         ctx.set_output(0, dtype, shape)
         legacy = self.node.opset < 13

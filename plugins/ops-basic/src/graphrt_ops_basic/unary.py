@@ -38,8 +38,13 @@ class Unary(OpKernel):
 
     ufunc: ClassVar[Callable[..., Any]]
     in_place_input = 0
+    #: ONNX allows the float types only (every version): another type fails in ``infer``, where
+    #: numpy would fail in the middle of a run (exp of int32) or compute something else.
+    floats_only: ClassVar[bool] = False
 
     def infer(self, ctx: InferContext) -> None:
+        if self.floats_only:
+            require_float(self, ctx)
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
         if self.supports_exact:
             needs_nan_rewrite(ctx, ctx.dtype(0), ctx.shape(0))
@@ -141,8 +146,10 @@ class _Exact(Unary):
     supports_exact = True
     exact: ClassVar[Callable[..., None]]
     extra = 0
+    floats_only = True  # (Tanh, Exp, Sigmoid)
 
     def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
         if ctx.exact:
             ctx.prepared = plan_exact(ctx, ctx.dtype(0), math.prod(ctx.shape(0)), self.extra)
@@ -166,6 +173,7 @@ class Tanh(_Exact):
 
 class Sqrt(Unary):
     ufunc = np.sqrt
+    floats_only = True
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
@@ -176,6 +184,7 @@ class Exp(_Exact):
 
 class Log(Unary):
     ufunc = np.log
+    floats_only = True
 
 
 class Neg(Unary):
@@ -190,16 +199,19 @@ class Abs(Unary):
 
 class Reciprocal(Unary):
     ufunc = np.reciprocal
+    floats_only = True
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Floor(Unary):
     ufunc = np.floor
+    floats_only = True
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Ceil(Unary):
     ufunc = np.ceil
+    floats_only = True
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
@@ -215,6 +227,8 @@ class Not(Unary):
 
 class Softplus(Unary):
     """log(1 + exp(x)) as logaddexp(x, 0): no overflow for large x, no log(1) rounding."""
+
+    floats_only = True
 
     def compute(self, x: np.ndarray, out: np.ndarray) -> None:
         np.logaddexp(x, constant(x.dtype, 0), out=out)
@@ -365,9 +379,7 @@ def require_float(
 class FloatUnary(Unary):
     """A Unary over the float types only."""
 
-    def infer(self, ctx: InferContext) -> None:
-        require_float(self, ctx)
-        super().infer(ctx)
+    floats_only = True
 
 
 class Round(FloatUnary):

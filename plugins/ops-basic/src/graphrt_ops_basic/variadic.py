@@ -21,6 +21,7 @@ import numpy as np
 from graphrt.plugin import InferContext, KernelContext, OpKernel
 
 from ._util import _CANONICAL_NAN, constant, rewrite_nan, same_types
+from .unary import require_float
 
 
 class Variadic(OpKernel):
@@ -28,11 +29,16 @@ class Variadic(OpKernel):
 
     ufunc: ClassVar[Callable[..., Any]]
     in_place_input = 0
+    #: ONNX allows the float types only (Sum, Mean): another type fails here (Mean's division
+    #: of an int32 sum failed in the middle of a run).
+    floats_only: ClassVar[bool] = False
 
     def infer(self, ctx: InferContext) -> None:
         if ctx.num_inputs == 0:
             raise self.fail("needs at least one input")
         same_types(self, ctx, ctx.num_inputs)
+        if self.floats_only:
+            require_float(self, ctx, "the inputs")
         shapes = [ctx.shape(i) for i in range(ctx.num_inputs)]
         try:
             shape = np.broadcast_shapes(*shapes)
@@ -77,6 +83,7 @@ class Variadic(OpKernel):
 class Sum(Variadic):
     ufunc = np.add
     supports_exact = True
+    floats_only = True
 
 
 class Max(Variadic):
@@ -94,6 +101,7 @@ class Mean(Variadic):
 
     ufunc = np.add
     supports_exact = True
+    floats_only = True
 
     def finish(self, acc: np.ndarray, n: int) -> None:
         np.divide(acc, constant(acc.dtype, n), out=acc)
