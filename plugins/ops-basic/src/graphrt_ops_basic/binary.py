@@ -31,10 +31,14 @@ class Binary(OpKernel):
     result_dtype: ClassVar[Any] = None
     #: A and B share one type T (all but Pow).
     same_type: ClassVar[bool] = True
+    #: Arithmetic: ONNX has no bool T (numpy's bool subtract and divide fail mid-run).
+    numeric: ClassVar[bool] = False
 
     def infer(self, ctx: InferContext) -> None:
         if self.same_type:
             same_types(self, ctx, 2)
+        if self.numeric and ctx.dtype(0).kind == "b":
+            raise self.fail("A and B must be numeric tensors, got tensor(bool)", "invalid_input")
         a, b = ctx.shape(0), ctx.shape(1)
         b = self._legacy_b_shape(a, b)
         try:
@@ -95,16 +99,19 @@ def _of_rank(x: np.ndarray, ndim: int) -> np.ndarray:
 class Add(Binary):
     ufunc = np.add
     supports_exact = True  # one correctly rounded operation per element
+    numeric = True
 
 
 class Sub(Binary):
     ufunc = np.subtract
     supports_exact = True
+    numeric = True
 
 
 class Mul(Binary):
     ufunc = np.multiply
     supports_exact = True
+    numeric = True
 
 
 class Div(Binary):
@@ -117,6 +124,7 @@ class Div(Binary):
 
     ufunc = np.divide
     supports_exact = True  # floats: one correctly rounded division; integers: exact
+    numeric = True
 
     def prepare(self, ctx: InferContext, dtype: np.dtype, shape: tuple[int, ...]) -> None:
         if dtype.kind == "i":
@@ -147,6 +155,8 @@ class Mod(Binary):
 
     Both follow the special cases of the opset-28 text for floats (numpy's definitions match).
     """
+
+    numeric = True
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)

@@ -41,10 +41,14 @@ class Unary(OpKernel):
     #: ONNX allows the float types only (every version): another type fails in ``infer``, where
     #: numpy would fail in the middle of a run (exp of int32) or compute something else.
     floats_only: ClassVar[bool] = False
+    #: ONNX has no bool T (Neg, Sign: numpy fails on a bool mid-run).
+    numeric: ClassVar[bool] = False
 
     def infer(self, ctx: InferContext) -> None:
         if self.floats_only:
             require_float(self, ctx)
+        elif self.numeric and ctx.dtype(0).kind == "b":
+            raise self.fail("X must be a numeric tensor, got tensor(bool)", "invalid_input")
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
         if self.supports_exact:
             needs_nan_rewrite(ctx, ctx.dtype(0), ctx.shape(0))
@@ -189,6 +193,7 @@ class Log(Unary):
 
 class Neg(Unary):
     ufunc = np.negative
+    numeric = True
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
@@ -217,12 +222,20 @@ class Ceil(Unary):
 
 class Sign(Unary):
     ufunc = np.sign
+    numeric = True
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
 
 
 class Not(Unary):
     ufunc = np.logical_not
     supports_exact = True  # one correctly rounded (or exact) IEEE operation
+
+    def infer(self, ctx: InferContext) -> None:
+        if ctx.dtype(0).kind != "b":  # (numpy's logical_not of a float wrote 0.0 and 1.0)
+            raise self.fail(
+                f"X must be a bool tensor, got {name_of(ctx.dtype(0))}", "invalid_input"
+            )
+        super().infer(ctx)
 
 
 class Softplus(Unary):
