@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel, name_of
 
 _STR = np.dtype(object)
 
@@ -222,6 +222,11 @@ class ArrayFeatureExtractor(OpKernel):
     supports_exact = True
 
     def infer(self, ctx: InferContext) -> None:
+        if ctx.dtype(1).kind not in "iu":  # (a float Y failed np.take mid-run)
+            raise self.fail(
+                f"Y (the indices) must be an integer tensor, got {name_of(ctx.dtype(1))}",
+                "invalid_input",
+            )
         shape = ctx.shape(0)
         k = int(np.prod(ctx.shape(1), dtype=np.int64))
         lead = shape[:-1] if len(shape) > 1 else (1,)

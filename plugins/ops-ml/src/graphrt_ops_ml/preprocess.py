@@ -102,14 +102,17 @@ class Scaler(OpKernel):
         _per_feature(self, self.offset, shape, "offset")
         _per_feature(self, self.scale, shape, "scale")
         ctx.set_output(0, _F32, shape)
+        # a 0-d X takes its single offset and scale as 0-d too (Y keeps X's shape)
+        ctx.prepared = (self.offset.reshape(()), self.scale.reshape(())) if not shape else None
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         x, y = inputs[0], outputs[0]
+        offset, scale = ctx.prepared or (self.offset, self.scale)
         if x.dtype == np.float64:  # double arithmetic, then rounded once
-            np.copyto(y, (x - self.offset) * self.scale, casting="unsafe")
+            np.copyto(y, (x - offset) * scale, casting="unsafe")
             return
-        np.subtract(x, self.offset, out=y, dtype=_F32, casting="unsafe")
-        np.multiply(y, self.scale, out=y)
+        np.subtract(x, offset, out=y, dtype=_F32, casting="unsafe")
+        np.multiply(y, scale, out=y)
 
 
 class Binarizer(OpKernel):
