@@ -11,38 +11,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, defs, helper
+from onnx import TensorProto, helper
 
 import graphrt
 from tests.ml.conftest import REASON
+from tests.ops._schemas import TYPES, feed_of, node_model, required, run_to_a_verdict, schemas
 
 pytest.importorskip("graphrt_ops_ml", reason=REASON)
 from graphrt_ops_ml.table import OPERATORS
 
-TYPES = {
-    "float": (TensorProto.FLOAT, np.float32),
-    "int64": (TensorProto.INT64, np.int64),
-    "int32": (TensorProto.INT32, np.int32),
-    "bool": (TensorProto.BOOL, np.bool_),
-    "double": (TensorProto.DOUBLE, np.float64),
-    "string": (TensorProto.STRING, object),
-    "int8": (TensorProto.INT8, np.int8),
-}
 SHAPES = [(2, 3), (3,), ()]
-
-
-def _schema(op: str, domain: str) -> defs.OpSchema | None:
-    try:
-        return defs.get_schema(op, 22 if domain == "" else 5, domain)
-    except defs.SchemaError:
-        return None
-
-
+LINES = [(d.op_type, "" if d.domain == "ai.onnx" else d.domain) for d in OPERATORS]
 CASES = [
-    (d.op_type, "" if d.domain == "ai.onnx" else d.domain, type_name, shape)
-    for d in OPERATORS
-    if _schema(d.op_type, "" if d.domain == "ai.onnx" else d.domain) is not None
-    for type_name in TYPES
+    (op, domain, type_str, shape)
+    for op, domain in LINES
+    if schemas(op, domain)
+    for type_str in TYPES
     for shape in SHAPES
 ]
 
@@ -52,39 +36,18 @@ def test_the_operators_are_found() -> None:
 
 
 @pytest.mark.parametrize(
-    "op, domain, type_name, shape",
+    "op, domain, type_str, shape",
     CASES,
-    ids=[f"{op}-{t}-{'x'.join(map(str, s)) or 'scalar'}" for op, _, t, s in CASES],
+    ids=[f"{op}-{t[7:-1]}-{'x'.join(map(str, s)) or 'scalar'}" for op, _, t, s in CASES],
 )
-def test_refused_or_handled_never_a_kernel_error(op, domain, type_name, shape) -> None:
-    schema = _schema(op, domain)
-    required = [
-        i for i in schema.inputs if i.option != defs.OpSchema.FormalParameterOption.Optional
-    ]
-    code, numpy_type = TYPES[type_name]
-    names = [f"x{i}" for i in range(len(required))]
-    node = helper.make_node(
-        op, names, [f"y{i}" for i in range(len(schema.outputs))], name="the_node", domain=domain
+def test_refused_or_handled_never_a_kernel_error(op, domain, type_str, shape) -> None:
+    schema = schemas(op, domain)[-1]
+    code, numpy_type = TYPES[type_str]
+    inputs = len(required(schema))
+    model = node_model(
+        op, [(code, shape)] * inputs, len(schema.outputs), schema.since_version, domain
     )
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info(n, code, list(shape)) for n in names],
-        [
-            helper.make_tensor_value_info(f"y{i}", TensorProto.UNDEFINED, None)
-            for i in range(len(schema.outputs))
-        ],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 5)]
-    )
-    value = (
-        np.full(shape, "a", dtype=object) if numpy_type is object else np.ones(shape, numpy_type)
-    )
-    try:
-        graphrt.Session(model.SerializeToString()).run(None, {n: value for n in names})
-    except graphrt.SessionError as err:
-        assert err.kind in ("invalid_input", "invalid_model", "unsupported"), str(err)
+    run_to_a_verdict(model, feed_of([(numpy_type, shape)] * inputs))
 
 
 def test_float_indices_are_refused_by_name() -> None:

@@ -55,6 +55,16 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis + rank if axis < 0 else axis
 
 
+def exact_inputs(kernel, names: Sequence[str]) -> None:
+    """The node has exactly these inputs, every one given (checked in the constructor: a third
+    input to Add failed mid-run as a kernel error)."""
+    given = list(kernel.node.inputs)
+    if len(given) != len(names) or not all(given):
+        wanted = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+        count = ("one", "two", "three", "four")[len(names) - 1] if len(names) <= 4 else len(names)
+        raise kernel.fail(f"takes {count} inputs {wanted}, got {given}")
+
+
 def same_types(kernel, ctx: InferContext, count: int) -> None:
     """ONNX type constraint T: the first ``count`` inputs (those present) share one element type."""
     types = [ctx.dtype(i) for i in range(min(count, ctx.num_inputs)) if ctx.has_input(i)]

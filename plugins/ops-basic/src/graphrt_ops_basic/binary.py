@@ -19,7 +19,7 @@ import numpy as np
 
 from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
-from ._util import is_float, needs_nan_rewrite, rewrite_nan, same_types
+from ._util import exact_inputs, is_float, needs_nan_rewrite, rewrite_nan, same_types
 
 
 class Binary(OpKernel):
@@ -33,6 +33,10 @@ class Binary(OpKernel):
     same_type: ClassVar[bool] = True
     #: Arithmetic: ONNX has no bool T (numpy's bool subtract and divide fail mid-run).
     numeric: ClassVar[bool] = False
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        exact_inputs(self, ("A", "B"))
 
     def infer(self, ctx: InferContext) -> None:
         if self.same_type:

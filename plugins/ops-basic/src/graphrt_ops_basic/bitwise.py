@@ -28,11 +28,6 @@ def _require_integers(kernel: OpKernel, ctx: InferContext, count: int) -> None:
 class _Bitwise(Binary):
     supports_exact = True  # integer bit operations
 
-    def __init__(self, node: NodeInfo) -> None:
-        super().__init__(node)
-        if len(node.inputs) != 2 or not all(node.inputs):
-            raise self.fail(f"takes two inputs A and B, got {list(node.inputs)}")
-
     def infer(self, ctx: InferContext) -> None:
         _require_integers(self, ctx, 2)
         super().infer(ctx)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._util import constant, same_storage
 
@@ -35,6 +35,14 @@ class Dropout(OpKernel):
     #: A copy at inference; in training a seeded PCG64 stream and one rounded multiply.
     supports_exact = True
 
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        seed = node.attr("seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise self.fail(f"seed must be an integer, got {seed!r}")
+        # PCG64's entropy is a non-negative integer: a negative int64 seed as its 64 bits
+        self.seed = None if seed is None else seed & 0xFFFF_FFFF_FFFF_FFFF
+
     def infer(self, ctx: InferContext) -> None:
         dtype, shape = ctx.dtype(0), ctx.shape(0)
         ctx.set_output(0, dtype, shape)
@@ -47,7 +55,7 @@ class Dropout(OpKernel):
             raise self.fail(f"ratio must be in [0, 1], got {ratio}", "invalid_input")
         if ratio == 0:
             return
-        if ctx.exact and self.node.attr("seed") is None:
+        if ctx.exact and self.seed is None:
             raise self.fail(
                 "training-mode Dropout without a seed has no reproducible output",
                 "exact_mode_unavailable",
@@ -67,7 +75,7 @@ class Dropout(OpKernel):
                 mask.fill(1)
             return
         draws, keep = ctx.scratch[plan.draws], ctx.scratch[plan.keep]
-        np.random.default_rng(self.node.attr("seed")).random(out=draws)
+        np.random.default_rng(self.seed).random(out=draws)
         np.greater_equal(draws, plan.ratio, out=keep)
         scale = 0.0 if plan.ratio >= 1 else 1.0 / (1.0 - plan.ratio)
         np.multiply(x, constant(x.dtype, scale), out=out)

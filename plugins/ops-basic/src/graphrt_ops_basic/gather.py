@@ -23,7 +23,7 @@ import numpy as np
 from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
 from ._steps import BoundStep, indexed_write
-from ._util import constant, same_storage
+from ._util import constant, exact_inputs, same_storage
 from ._values import axis_in, check_bounds, check_indices, reshaped
 
 
@@ -220,6 +220,7 @@ class ScatterElements(BoundStep):
 
     def __init__(self, node: NodeInfo) -> None:
         super().__init__(node)
+        exact_inputs(self, ("data", "indices", "updates"))
         self.reduction = reduction_of(self)
 
     def infer(self, ctx: InferContext) -> None:

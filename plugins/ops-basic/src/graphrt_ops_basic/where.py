@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import InferContext, KernelContext, OpKernel
+from graphrt.plugin import InferContext, KernelContext, NodeInfo, OpKernel
 
-from ._util import same_storage
+from ._util import exact_inputs, same_storage
 
 
 class Where(OpKernel):
@@ -22,6 +22,10 @@ class Where(OpKernel):
 
     in_place_input = 2
     supports_exact = True  # bits are copied, never computed
+
+    def __init__(self, node: NodeInfo) -> None:
+        super().__init__(node)
+        exact_inputs(self, ("condition", "X", "Y"))
 
     def infer(self, ctx: InferContext) -> None:
         if ctx.dtype(0) != np.bool_:
