@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ def zero_of(inputs: Sequence[Any], i: int) -> np.ndarray:
 def quantize(v: np.ndarray, zero: Any, out: np.ndarray) -> None:
     """out = clip(rint(v) + zero) in out's 8-bit type; ``v`` (float32) is overwritten."""
     lo, hi = int_range(out.dtype)
+    v = np.asarray(v)  # (a 0-d result of numpy is a scalar, which cannot be an out=)
     np.rint(v, out=v)
     np.add(v, np.asarray(zero, F32), out=v)
     saturate_int(v, np.array(lo, F32), np.array(hi, F32))
@@ -40,6 +42,13 @@ class Params:
     """Scales and zero points of a kernel, read once in ``infer`` when they are constants."""
 
     def __init__(self, kernel: OpKernel, ctx: InferContext, indices: Sequence[int]) -> None:
+        for i in indices:  # per tensor only (a scale shaped like X broadcast Y's shape away)
+            if ctx.has_input(i) and math.prod(ctx.shape(i)) != 1:
+                raise kernel.fail(
+                    f"input {i} (a scale or zero point) must hold one value, got shape "
+                    f"{list(ctx.shape(i))}",
+                    "invalid_input",
+                )
         self.known = [ctx.known_value(i) if ctx.has_input(i) else None for i in indices]
         self.given = [ctx.has_input(i) for i in indices]
         self.indices = list(indices)

@@ -38,8 +38,9 @@ class _QLinearBinary(OpKernel):
 
     def run(self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         sa, za, sb, zb, sc, zc = (f32(v) for v in ctx.prepared.values(inputs))
-        a = np.subtract(inputs[0], za, dtype=F32)
-        b = np.subtract(inputs[3], zb, dtype=F32)
+        # (asarray: numpy returns a 0-d result as a scalar, which cannot be an out=)
+        a = np.asarray(np.subtract(inputs[0], za, dtype=F32))
+        b = np.asarray(np.subtract(inputs[3], zb, dtype=F32))
         with np.errstate(all="ignore"):
             quantize(self.combine(a, b, sa, sb, sc), zc, outputs[0])
 
@@ -56,6 +57,6 @@ class QLinearAdd(_QLinearBinary):
 
 class QLinearMul(_QLinearBinary):
     def combine(self, a: np.ndarray, b: np.ndarray, sa: Any, sb: Any, sc: Any) -> np.ndarray:
-        v = np.multiply(a, b, dtype=F32)
+        v = np.asarray(np.multiply(a, b, dtype=F32))
         np.multiply(v, (sa * sb) / sc, out=v)
         return v

@@ -14,6 +14,7 @@ onnxruntime's output stage.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -148,6 +149,13 @@ class QGemm(_IntegerProduct):
                 np.copyto(outputs[0], acc)
 
 
+def _broadcasts_to(shape: Sequence[int], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(tuple(shape), target) == target
+    except ValueError:
+        return False
+
+
 class MatMulIntegerToFloat(_IntegerProduct):
     """Inputs A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias (float)."""
 
@@ -158,7 +166,21 @@ class MatMulIntegerToFloat(_IntegerProduct):
 
     def plan_float(self, view: Any, ctx: InferContext, sa: int, sb: int, bias: int) -> None:
         p = self.prepare_product(view)
-        out = matmul_shapes(self, view.shape(self.A), view.shape(self.B))[3]
+        b_shape = view.shape(self.B)
+        out = matmul_shapes(self, view.shape(self.A), b_shape)[3]
+        # per tensor, or per column of B (a 1-D B has one column); the bias broadcasts to Y
+        columns = b_shape[-1] if len(b_shape) >= 2 else 1
+        if math.prod(ctx.shape(sb)) not in (1, columns):
+            raise self.fail(
+                f"b_scale {list(ctx.shape(sb))} must hold 1 value or one per column of B "
+                f"({columns})",
+                "invalid_input",
+            )
+        if ctx.has_input(bias) and not _broadcasts_to(ctx.shape(bias), tuple(out)):
+            raise self.fail(
+                f"bias {list(ctx.shape(bias))} does not broadcast to Y {list(out)}",
+                "invalid_input",
+            )
         out_type = ctx.dtype(sb)
         ctx.set_output(0, out_type, out)
         ctx.prepared = dataclasses.replace(p, scales=(sa, sb, bias, tuple(out)))
