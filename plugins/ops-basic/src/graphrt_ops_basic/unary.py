@@ -153,7 +153,8 @@ class _Exact(Unary):
     floats_only = True  # (Tanh, Exp, Sigmoid)
 
     def infer(self, ctx: InferContext) -> None:
-        require_float(self, ctx)
+        if self.floats_only:
+            require_float(self, ctx)
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
         if ctx.exact:
             ctx.prepared = plan_exact(ctx, ctx.dtype(0), math.prod(ctx.shape(0)), self.extra)
