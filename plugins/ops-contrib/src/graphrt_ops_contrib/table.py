@@ -1,11 +1,18 @@
 """The operator table of graphrt-ops-contrib: onnxruntime's com.microsoft quantization
-operators, one line per operator."""
+operators, one line per operator.
+
+The kernel modules are stand-ins (graphrt.lazy), imported the first time a session uses one of
+their operators: importing them all took 33 ms of every fresh process's first session
+(`bench/bench_cold_start.py`), models without these operators included.
+"""
 
 from __future__ import annotations
 
-from graphrt.plugin import OpDef
+from graphrt.plugin import OpDef, kernel_modules
 
-from . import binary, concat, gemm, lookup, pool, softmax
+binary, concat, gemm, lookup, pool, softmax = kernel_modules(
+    __package__, "binary concat gemm lookup pool softmax"
+)
 
 MS = "com.microsoft"
 

@@ -1,10 +1,16 @@
-"""The operator table of graphrt-ops-controlflow: one line per operator."""
+"""The operator table of graphrt-ops-controlflow: one line per operator.
+
+The kernel modules are stand-ins (graphrt.lazy), imported the first time a session uses one of
+their operators: a model without control flow does not pay for them.
+"""
 
 from __future__ import annotations
 
-from graphrt.plugin import OpDef
+from graphrt.plugin import OpDef, kernel_modules
 
-from . import ifop, loop, optional, scan, sequence
+ifop, loop, optional, scan, sequence = kernel_modules(
+    __package__, "ifop loop optional scan sequence"
+)
 
 OPERATORS: list[OpDef] = [
     # bodies (ifop.py, loop.py, scan.py, sequence.py)
