@@ -1,5 +1,5 @@
 """Nodes that break their operator's schema: an extra input or output, attributes of the wrong type
-or far out of range, inputs of every rank.  Refused, or run; never a kernel error.
+or far out of range.  Refused, or run; never a kernel error, in fast or in exact mode.
 
 onnxruntime refuses such nodes when it loads the model.  graphrt's kernels check what they use
 and may accept more (a unary operator ignores a second input); what they must not do is fail in
@@ -81,18 +81,21 @@ def test_the_schemas_give_cases() -> None:
     assert len(CASES) >= 500
 
 
+@pytest.mark.parametrize("mode", ["fast", "exact"])  # (exact mode's kernels are others)
 @pytest.mark.parametrize(
     "op, opset, what, inputs, outputs, attributes",
     CASES,
     ids=[f"{c[0]}-{c[2]}" for c in CASES],
 )
-def test_refused_or_run_never_a_kernel_error(op, opset, what, inputs, outputs, attributes) -> None:
+def test_refused_or_run_never_a_kernel_error(
+    op, opset, what, inputs, outputs, attributes, mode
+) -> None:
     picked = _types(schemas(op)[-1])
     picked += [picked[-1] if picked else TYPES["tensor(float)"]] * (inputs - len(picked))
     model = node_model(
         op, [(code, SHAPE) for code, _ in picked], outputs, opset, attributes=attributes
     )
-    run_to_a_verdict(model, feed_of([(numpy_type, SHAPE) for _, numpy_type in picked]))
+    run_to_a_verdict(model, feed_of([(numpy_type, SHAPE) for _, numpy_type in picked]), mode)
 
 
 @pytest.mark.parametrize("op", ["Add", "Where", "ScatterElements", "BitwiseAnd"])
