@@ -287,6 +287,7 @@ class AveragePool(_Pool):
     supports_exact = True
 
     def infer(self, ctx: InferContext) -> None:
+        require_float(self, ctx)  # ONNX's float types only (an int32 mean truncated)
         plan = self._plan(ctx)
         include = self.node.attr("count_include_pad", 0)
         w, limit = plan.w, np.iinfo(np.int64).max
