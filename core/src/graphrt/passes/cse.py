@@ -160,8 +160,7 @@ class _Group:
         return None
 
     def add(self, mine: _Seen, graph: PassGraph) -> None:
-        self._keyed(graph)
-        self._file(mine, graph)
+        self._file(mine, graph)  # (files the first member too, the first time)
 
 
 def _key(node: PassNode, graph: PassGraph) -> Any:

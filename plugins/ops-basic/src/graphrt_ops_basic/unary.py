@@ -44,11 +44,15 @@ class Unary(OpKernel):
     #: ONNX has no bool T (Neg, Sign: numpy fails on a bool mid-run).
     numeric: ClassVar[bool] = False
 
-    def infer(self, ctx: InferContext) -> None:
+    def check_type(self, ctx: InferContext) -> None:
+        """X's type against ``floats_only`` and ``numeric`` (every infer starts here)."""
         if self.floats_only:
             require_float(self, ctx)
         elif self.numeric and ctx.dtype(0).kind == "b":
             raise self.fail("X must be a numeric tensor, got tensor(bool)", "invalid_input")
+
+    def infer(self, ctx: InferContext) -> None:
+        self.check_type(ctx)
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
         if self.supports_exact:
             needs_nan_rewrite(ctx, ctx.dtype(0), ctx.shape(0))
@@ -153,8 +157,7 @@ class _Exact(Unary):
     floats_only = True  # (Tanh, Exp, Sigmoid)
 
     def infer(self, ctx: InferContext) -> None:
-        if self.floats_only:
-            require_float(self, ctx)
+        self.check_type(ctx)
         ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
         if ctx.exact:
             ctx.prepared = plan_exact(ctx, ctx.dtype(0), math.prod(ctx.shape(0)), self.extra)
