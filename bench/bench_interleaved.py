@@ -35,6 +35,7 @@ from bench_models import (
     mlp_tiny,
     small_cnn,
 )
+from ort_avx2 import nchwc_block
 
 #: Rounds for models whose run is a few microseconds (more rounds, same wall time).
 SHORT = {"add_chain_100": 20, "mlp_tiny": 50, "exported_flatten_mlp": 50, "exported_small_cnn": 20}
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import onnxruntime as ort
 
+    origin, block = nchwc_block()
+    kernels = {16: "AVX-512F", 8: "AVX2 or AVX"}.get(block, "no NCHWc")
+    print(f"# onnxruntime {ort.__version__} ({origin}): NCHWc blocks of {block}, {kernels} kernels")
     print(
         "| model | threads | gr ms (auto) | gr ms (numpy) | ort ms | gr/ort (auto) "
         "| gr/ort (numpy) | auto path |"
