@@ -515,6 +515,44 @@ def test_lanes_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, s
     np.testing.assert_array_equal(bits(units), bits(results[0]))
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize(
+    "n, c, m, size, k",
+    [
+        (1, 96, 200, 7, 1),  # a small map under many channels: threads take spans of channels
+        (2, 64, 70, 7, 1),  # two images, channel spans
+        (1, 32, 40, 12, 1),  # more positions than channels: spans of positions
+        (1, 48, 100, 9, 3),  # a 3x3 window, packed columns
+    ],
+)
+def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, k):
+    """A whole run of the packed kernel over several threads (spans of positions, or of output
+    channels where the weight outweighs the columns) against the float64 values and bit for
+    bit against one thread and against one unit at a time."""
+    path_or_skip(isa)
+    p = k // 2
+    g = dict(group=1, strides=[1, 1], dilations=[1, 1], pads=[p, p], out=[size, size])
+    rng = np.random.default_rng(c + m)
+    x = rng.standard_normal((n, c, size, size)).astype(F32)
+    wt = rng.standard_normal((m, c, k, k)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    z = rng.standard_normal((n, m, size, size)).astype(F32)
+    want = np.maximum(reference(x, wt, b, 1, [1, 1], [1, 1], [p, p], [size, size]) + z, 0)
+    plan = simd.conv_plan(wt, 1, list(x.shape), [1, 1], [1, 1], [p, p], g["out"], isa, "packed")
+    work = np.empty(plan.work_floats, F32)
+    results = []
+    for threads in (1, 2, 3, 4):
+        y = np.full((n, m, size, size), np.nan, F32)
+        plan.run(x, work, y, b, "relu", threads=threads, z=z)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * c * k * k, err_msg=str(threads))
+        results.append(y)
+    for y in results[1:]:
+        np.testing.assert_array_equal(bits(y), bits(results[0]))
+    g["act"] = "relu"
+    units = _run(isa, g, x, wt, b, split=True, kernel="packed", z=z)
+    np.testing.assert_array_equal(bits(units), bits(results[0]))
+
+
 #: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
 AUTO_CHOICES_AVX512 = [
     ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window

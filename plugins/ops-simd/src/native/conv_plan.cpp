@@ -446,8 +446,15 @@ public:
         // threads, of equal size (13 blocks of 18 tiles left one of two threads 7).
         const bool whole = u0 == 0 && u1 == units();
         const bool lanes = mode_ == LANES;
+        // Packed columns of a small map under a large weight (1x1 512->2048 on 7 x 7: 100 KiB
+        // of columns, 4 MiB of weight): a whole run gives each thread a span of the output
+        // channels over all positions instead, so the weight is streamed once, not once per
+        // thread (the columns, packed once per thread, are the cheaper copy).
+        const bool by_channels = whole && threads > 1 && mode_ == PACKED && mchunks_ == 1 &&
+                                 tiles_ >= 2 * threads && mg_ > shape_.oh * shape_.ow;
         const int64_t spans =
-            !whole ? 0
+            !whole        ? 0
+            : by_channels ? threads
             : lanes ? std::min<int64_t>(ptiles_, (pblocks_ + threads - 1) / threads * threads)
                     : std::min<int64_t>(ptiles_, threads);
         const int64_t pairs = (ptiles_ + 1) / 2;
@@ -460,7 +467,9 @@ public:
             float* block = mode_ == PACKED || (mode_ == STREAM && !stream) ? conv_block() : nullptr;
             int64_t rest = spans ? i / spans : u0 + i;
             int64_t p0 = 0, p1 = 0;  // the unit's position tiles [p0, p1)
-            if (spans) {
+            if (by_channels) {
+                p1 = ptiles_;
+            } else if (spans) {
                 p0 = span_tile(i % spans);
                 p1 = span_tile(i % spans + 1);
             } else {
@@ -474,9 +483,12 @@ public:
             // chunks of `multi` tiles where quads run in depth blocks, else an even split
             const bool quads = lanes_kb_ < k_;
             const int64_t multi = isa_->lanes_multi;
-            const int64_t t0 = quads ? mc * multi : mc * tiles_ / mchunks_;
-            const int64_t t1 =
-                quads ? std::min(t0 + multi, tiles_) : (mc + 1) * tiles_ / mchunks_;
+            const int64_t t0 = by_channels ? i % spans * tiles_ / spans
+                               : quads     ? mc * multi
+                                           : mc * tiles_ / mchunks_;
+            const int64_t t1 = by_channels ? (i % spans + 1) * tiles_ / spans
+                               : quads     ? std::min(t0 + multi, tiles_)
+                                           : (mc + 1) * tiles_ / mchunks_;
             const int64_t m0 = t0 * cmr, m1 = std::min(t1 * cmr, mg_);
             const float* wg = packed_.get() + g * per_group_;
             float* yg = py + img * ys0 + g * mg_ * ys1;
