@@ -517,28 +517,31 @@ def test_lanes_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, s
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize(
-    "n, c, m, size, k",
+    "n, c, m, size, k, groups",
     [
-        (1, 96, 200, 7, 1),  # a small map under many channels: threads take spans of channels
-        (2, 64, 70, 7, 1),  # two images, channel spans
-        (1, 32, 40, 12, 1),  # more positions than channels: spans of positions
-        (1, 48, 100, 9, 3),  # a 3x3 window, packed columns
+        (1, 96, 200, 7, 1, 1),  # a small map under many channels: threads take channel spans
+        (2, 64, 70, 7, 1, 1),  # two images, channel spans
+        (1, 64, 160, 7, 1, 2),  # two groups, channel spans within each
+        (1, 32, 40, 12, 1, 1),  # more positions than channels: spans of positions
+        (1, 48, 100, 9, 3, 1),  # a 3x3 window, packed columns
     ],
 )
-def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, k):
+def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, k, groups):
     """A whole run of the packed kernel over several threads (spans of positions, or of output
     channels where the weight outweighs the columns) against the float64 values and bit for
     bit against one thread and against one unit at a time."""
     path_or_skip(isa)
     p = k // 2
-    g = dict(group=1, strides=[1, 1], dilations=[1, 1], pads=[p, p], out=[size, size])
+    g = dict(group=groups, strides=[1, 1], dilations=[1, 1], pads=[p, p], out=[size, size])
     rng = np.random.default_rng(c + m)
     x = rng.standard_normal((n, c, size, size)).astype(F32)
-    wt = rng.standard_normal((m, c, k, k)).astype(F32)
+    wt = rng.standard_normal((m, c // groups, k, k)).astype(F32)
     b = rng.standard_normal(m).astype(F32)
     z = rng.standard_normal((n, m, size, size)).astype(F32)
-    want = np.maximum(reference(x, wt, b, 1, [1, 1], [1, 1], [p, p], [size, size]) + z, 0)
-    plan = simd.conv_plan(wt, 1, list(x.shape), [1, 1], [1, 1], [p, p], g["out"], isa, "packed")
+    want = np.maximum(reference(x, wt, b, groups, [1, 1], [1, 1], [p, p], [size, size]) + z, 0)
+    plan = simd.conv_plan(
+        wt, groups, list(x.shape), [1, 1], [1, 1], [p, p], g["out"], isa, "packed"
+    )
     work = np.empty(plan.work_floats, F32)
     results = []
     for threads in (1, 2, 3, 4):
