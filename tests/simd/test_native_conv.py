@@ -598,8 +598,12 @@ AUTO_CHOICES_AVX2 = [
     ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
     ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed columns ...
-    ((64, 16, 55, 55, 1), (1, 1), "stream"),  # ... but x in place for 16 channels
-    ((256, 32, 27, 27, 1), (1, 1), "packed"),  # ... not for 32
+    ((16, 64, 55, 55, 1), (1, 1), "packed"),
+    ((24, 16, 55, 55, 1), (1, 1), "stream"),  # ... x in place for 16 channels ...
+    ((256, 32, 27, 27, 1), (1, 1), "lanes"),  # ... channels in lanes for squeezes ...
+    ((64, 16, 55, 55, 1), (1, 1), "lanes"),
+    ((512, 64, 14, 14, 1), (1, 1), "lanes"),  # ... of 64 channels on small maps only
+    ((192, 64, 28, 28, 1), (1, 1), "packed"),
     ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # not channels in lanes
     ((1024, 2048, 14, 14, 1), (2, 2), "packed"),
 ]

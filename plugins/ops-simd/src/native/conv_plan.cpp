@@ -71,6 +71,16 @@ constexpr int64_t LANES_MIN_DEPTH = 32;
 // 0.074) and tied at 24 (512->24 on 13 x 13: 0.115, 0.116).
 constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
 constexpr int64_t STREAM_MAX_CHANNELS_AVX2 = 24;
+// ... but since the lanes kernel reads a plain 1x1 kernel's planes as one row, it wins the
+// squeezes, few output channels from at least twice as many inputs: up to 48 channels on any
+// map, 64 on up to 256 positions (avx2, the plan's stage and run, warm: 128->32 on 27 x 27
+// lanes 66, packed 85 us; 256->32 on 27 x 27 141, 168; 192->16 on 28 x 28 55, stream 62;
+// 480->16 on 14 x 14 33, 47; 832->32 on 7 x 7 34, 53; 512->64 on 14 x 14 134, 149; but 64
+// channels on 28 x 28 lost, 192->64 218 against 212, and on 56 x 56, 256->64 1192 against
+// 1144).
+constexpr int64_t LANES_MAX_SQUEEZE_AVX2 = 48;
+constexpr int64_t LANES_MAX_SQUEEZE_AVX2_SMALL = 64;
+constexpr int64_t LANES_MAX_SQUEEZE_POSITIONS_AVX2 = 256;
 // ... except where a unit-stride image outgrows half of L2 and there are output channels
 // enough to repay packing its columns: there the lanes and direct kernels wait on its taps
 // (light_vgg19's 3x3 512->512 on 28 x 28, a 1.8 MiB image: packed 36.5, direct 40.8, lanes 42.2
@@ -651,6 +661,11 @@ private:
                 return PACKED;
             if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
                 return LANES;
+            const bool squeeze = s.c >= 2 * mg_ &&
+                                 (mg_ <= LANES_MAX_SQUEEZE_AVX2 ||
+                                  (mg_ <= LANES_MAX_SQUEEZE_AVX2_SMALL &&
+                                   positions <= LANES_MAX_SQUEEZE_POSITIONS_AVX2));
+            if (in_place && squeeze) return LANES;
             if (in_place && mg_ <= STREAM_MAX_CHANNELS_AVX2) return STREAM;
             return unit && !one ? DIRECT : PACKED;
         }
