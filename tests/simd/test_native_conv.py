@@ -499,19 +499,27 @@ def test_lanes_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, s
     b = rng.standard_normal(m).astype(F32)
     z = rng.standard_normal((n, m, *out)).astype(F32)
     want = np.maximum(reference(x, wt, b, 1, g["strides"], [1, 1], [1, 1], out) + z, 0)
-    plan = simd.conv_plan(wt, 1, list(x.shape), g["strides"], [1, 1], [1, 1], out, isa, "lanes")
+    _same_bits_on_thread_counts(isa, g, x, wt, b, z, want, "lanes")
+
+
+def _same_bits_on_thread_counts(isa, g, x, wt, b, z, want, kernel):
+    """Whole runs of the kernel (Relu, Z summed) on 1 to 4 threads: the float64 values, and
+    the same bits as one thread and as one unit at a time."""
+    pads, out = list(g["pads"]), list(g["out"])
+    plan = simd.conv_plan(wt, g["group"], list(x.shape), g["strides"], [1, 1], pads, out, isa,
+                          kernel)  # fmt: skip
     work = np.empty(plan.work_floats, F32)
+    atol = 1e-4 * wt[0].size
     results = []
     for threads in (1, 2, 3, 4):
         plan.stage(x, work, threads)
-        y = np.full((n, m, *out), np.nan, F32)
+        y = np.full((x.shape[0], wt.shape[0], *out), np.nan, F32)
         plan.run(x, work, y, b, "relu", threads=threads, z=z)
-        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * c * 9, err_msg=str(threads))
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=atol, err_msg=str(threads))
         results.append(y)
     for y in results[1:]:
         np.testing.assert_array_equal(bits(y), bits(results[0]))
-    g["act"] = "relu"
-    units = _run(isa, g, x, wt, b, split=True, kernel="lanes", z=z)
+    units = _run(isa, dict(g, act="relu"), x, wt, b, split=True, kernel=kernel, z=z)
     np.testing.assert_array_equal(bits(units), bits(results[0]))
 
 
@@ -539,21 +547,7 @@ def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, 
     b = rng.standard_normal(m).astype(F32)
     z = rng.standard_normal((n, m, size, size)).astype(F32)
     want = np.maximum(reference(x, wt, b, groups, [1, 1], [1, 1], [p, p], [size, size]) + z, 0)
-    plan = simd.conv_plan(
-        wt, groups, list(x.shape), [1, 1], [1, 1], [p, p], g["out"], isa, "packed"
-    )
-    work = np.empty(plan.work_floats, F32)
-    results = []
-    for threads in (1, 2, 3, 4):
-        y = np.full((n, m, size, size), np.nan, F32)
-        plan.run(x, work, y, b, "relu", threads=threads, z=z)
-        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * c * k * k, err_msg=str(threads))
-        results.append(y)
-    for y in results[1:]:
-        np.testing.assert_array_equal(bits(y), bits(results[0]))
-    g["act"] = "relu"
-    units = _run(isa, g, x, wt, b, split=True, kernel="packed", z=z)
-    np.testing.assert_array_equal(bits(units), bits(results[0]))
+    _same_bits_on_thread_counts(isa, g, x, wt, b, z, want, "packed")
 
 
 #: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
