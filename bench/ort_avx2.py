@@ -83,7 +83,8 @@ def patched_copy() -> Path:
     root = Path.home() / ".cache" / "graphrt-ort-avx2" / importlib.metadata.version("onnxruntime")
     if (root / "onnxruntime" / ".patched").exists():
         return root
-    staging = Path(tempfile.mkdtemp(dir=root.parent if root.parent.exists() else None))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root.parent))  # beside root: renamed into place
     shutil.copytree(package, staging / "onnxruntime", ignore=shutil.ignore_patterns("__pycache__"))
     libraries = sorted((staging / "onnxruntime" / "capi").glob("onnxruntime_pybind11_state*.so"))
     if len(libraries) != 1:
@@ -100,7 +101,6 @@ def patched_copy() -> Path:
     libraries[0].write_bytes(bytes(data))
     note = f"{libraries[0].name}: the je at {at:#x} made a six-byte no-op\n"
     (staging / "onnxruntime" / ".patched").write_text(note)
-    root.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(root, ignore_errors=True)
     staging.rename(root)
     return root
