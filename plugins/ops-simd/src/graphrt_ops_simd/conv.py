@@ -125,6 +125,14 @@ class Conv(NativeKernel):
             return self.infer_depthwise(ctx, plan, out_shape)
         ctx.set_output(0, dtype, out_shape)
         w = plan.w
+        if max(*w.strides, *w.dilations, *w.begin, *w.out) >= 2**63:
+            # past int64 the binding cannot even take the geometry (a TypeError, not the
+            # plan's own refusal below): refused as the plan refuses what overflows
+            raise self.fail(
+                f"the window geometry (strides {list(w.strides)}, dilations "
+                f"{list(w.dilations)}, pads {list(w.begin)}) overflows or exceeds the native bound",
+                "unsupported",
+            )
         try:  # the plan checks every size it derives (overflow, a bound of 2 GiB)
             native = _native.conv_plan(
                 np.ascontiguousarray(ctx.known_value(1), dtype=F32),
