@@ -317,11 +317,12 @@ def test_nan_propagates_through_relu_and_strided_input(isa):
         plan.stage(x, np.empty(plan.work_floats, F32))
 
 
-@pytest.mark.parametrize("path", [p for p in ("avx2", "avx512") if p in ISAS])
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
 @pytest.mark.parametrize("pad", [2**61, 2**62])
 def test_geometry_past_the_native_bound_is_refused_naming_the_node(path, pad):
     """Pads whose output extent passes int64 (2**62) are refused like those whose positions
     overflow the plan's checked sizes (2**61): unsupported, naming the node."""
+    path_or_skip(path)
     model, feed = _conv_model(4, 8, 3, 1, pad, relu=False, n=1, size=7)
     with pytest.raises(graphrt.SessionError) as err:
         graphrt.Session(model, kernel_path=path).run(None, feed)
