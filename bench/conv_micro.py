@@ -14,7 +14,7 @@ of the two), and an onnxruntime session; ratios are over onnxruntime, and ``--mo
 each shape by how often the model has it.  Runs alternate between the runtimes, so load on the
 machine hits all of them; the minimum is reported because it is the least disturbed by other
 processes.  ``--kernels`` times each of the native plan's kernels (packed, direct, lanes,
-stream) on each layer instead: the figures behind its automatic choice.
+stream, winograd) on each layer instead: the figures behind its automatic choice.
 plugins/ops-simd/README.md has both.
 """
 
@@ -122,6 +122,7 @@ def native_kernel(
     b: np.ndarray,
     kernel: str = "auto",
     isa: str | None = None,
+    threads: int = 1,
 ):
     """The ops-simd native convolution on `isa` (default the best), staged and run (None
     without it)."""
@@ -139,8 +140,8 @@ def native_kernel(
     y = np.empty((1, cout, out, out), np.float32)
 
     def run() -> None:
-        plan.stage(x, work)
-        plan.run(x, work, y, b, "none")
+        plan.stage(x, work, threads)
+        plan.run(x, work, y, b, "none", threads=threads)
 
     return run, y
 
@@ -170,7 +171,7 @@ def best_of(fns: list[Callable[[], object]], repeat: int) -> list[float]:
 
 
 #: The native plan's kernels, as conv_plan(kernel=...) names them.
-NATIVE_KERNELS = ("packed", "direct", "lanes", "stream")
+NATIVE_KERNELS = ("packed", "direct", "lanes", "stream", "winograd")
 
 
 def chosen_layers(args: argparse.Namespace) -> dict[str, tuple[tuple[int, ...], int]]:
@@ -181,11 +182,12 @@ def chosen_layers(args: argparse.Namespace) -> dict[str, tuple[tuple[int, ...], 
 
 
 def compare_kernels(args: argparse.Namespace) -> None:
-    """Each native kernel (direct and stream where the geometry allows, lanes where the ISA has
-    it)."""
+    """Each native kernel (direct, stream and winograd where the geometry allows, lanes where
+    the ISA has it)."""
     layers = chosen_layers(args)
-    print("| layer | count | packed ms | direct ms | lanes ms | stream ms | auto picks |")
-    print("|---|---|---|---|---|---|---|")
+    heads = " | ".join(f"{k} ms" for k in NATIVE_KERNELS)
+    print(f"| layer | count | {heads} | auto picks |")
+    print("|---" * (len(NATIVE_KERNELS) + 3) + "|")
     for name, (shape, count) in layers.items():
         _, _, w, b = conv_model(*shape)
         x = np.random.default_rng(1).standard_normal((1, shape[0], shape[1], shape[1]))
@@ -193,7 +195,7 @@ def compare_kernels(args: argparse.Namespace) -> None:
         runs = {}
         for kernel in NATIVE_KERNELS:
             try:
-                found = native_kernel(shape, x, w, b, kernel, args.isa)
+                found = native_kernel(shape, x, w, b, kernel, args.isa, args.threads)
             except ValueError:  # not for these strides, or not on this ISA
                 continue
             if found is None:
@@ -217,6 +219,9 @@ def main() -> None:
     parser.add_argument("--layers", default="", help="comma-separated substrings of layer names")
     parser.add_argument("--model", help="every Conv of this light model (e.g. light_resnet50)")
     parser.add_argument("--kernels", action="store_true", help="time each native kernel")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="the plugin's threads for --kernels (default 1)"
+    )
     parser.add_argument(
         "--isa", help="the native kernel path (default the best the CPU has; avx2 on AVX-512)"
     )

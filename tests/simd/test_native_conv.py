@@ -98,7 +98,15 @@ def kernels_for(isa: str, g: dict) -> list[str]:
             kernels.append("stream")
     if isa != "scalar":  # channels in lanes: one vector of channels (8 on avx2, 16 on avx512)
         kernels.append("lanes")
+    if winograd_fits(g):
+        kernels.append("winograd")
     return kernels
+
+
+def winograd_fits(g: dict) -> bool:
+    """Whether the Winograd kernel (F(2x2, 3x3)) runs on the geometry g."""
+    unit = tuple(g["strides"]) == (1, 1) and tuple(g["dilations"]) == (1, 1)
+    return unit and tuple(g["w_shape"][2:]) == (3, 3)
 
 
 @on_every_isa(geometries())
@@ -530,6 +538,10 @@ def _same_bits_on_thread_counts(isa, g, x, wt, b, z, want, kernel):
         plan.run(x, work, y, b, "relu", threads=threads, z=z)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=atol, err_msg=str(threads))
         results.append(y)
+    for threads in (2, 3, 4):  # a bound call (the Winograd kernel's per-thread whole run)
+        y = np.full((x.shape[0], wt.shape[0], *out), np.nan, F32)
+        simd.ConvCall(plan, x, work, y, b, "relu", threads, z)()
+        results.append(y)
     for y in results[1:]:
         np.testing.assert_array_equal(bits(y), bits(results[0]))
     units = _run(isa, dict(g, act="relu"), x, wt, b, split=True, kernel=kernel, z=z)
@@ -563,12 +575,47 @@ def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, 
     _same_bits_on_thread_counts(isa, g, x, wt, b, z, want, "packed")
 
 
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(
+    "n, c, m, size, pad, groups",
+    [
+        (1, 64, 64, 14, 1, 1),  # 49 tiles: whole panels of 16 on avx2, part of one on avx512
+        (2, 40, 70, 15, 1, 1),  # odd maps: the last tiles' right column and bottom row dropped
+        (1, 32, 50, 9, 0, 1),  # no padding, 7 x 7 outputs
+        (1, 24, 20, 11, 2, 2),  # two groups, two pads: 13 x 13 outputs
+        (1, 300, 24, 6, 1, 1),  # deeper than one block of the products (256)
+        (1, 16, 130, 20, 1, 1),  # 130 channels: several chunks of slivers, 100 tiles
+        (2, 20, 36, 58, 1, 1),  # 841 tiles: a bound call splits the panels over its threads
+        (1, 9, 24, 47, 0, 3),  # ... in three groups, odd: 23 x 23 tiles, the last ones cut
+    ],
+)
+def test_winograd_values_and_bits_on_any_thread_count(isa, n, c, m, size, pad, groups):
+    """The Winograd kernel (F(2x2, 3x3)) against the float64 values, and bit for bit on 1 to 4
+    threads and one unit at a time: a unit's tiles and channels never change its arithmetic."""
+    path_or_skip(isa)
+    out = size + 2 * pad - 2
+    g = dict(group=groups, strides=[1, 1], dilations=[1, 1], pads=[pad, pad], out=[out, out])
+    rng = np.random.default_rng(c + m + size)
+    x = rng.standard_normal((n, c, size, size)).astype(F32)
+    wt = rng.standard_normal((m, c // groups, 3, 3)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    z = rng.standard_normal((n, m, out, out)).astype(F32)
+    want = reference(x, wt, b, groups, [1, 1], [1, 1], [pad, pad], [out, out]) + z
+    _same_bits_on_thread_counts(isa, g, x, wt, b, z, np.maximum(want, 0), "winograd")
+
+
 #: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
 AUTO_CHOICES_AVX512 = [
-    ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a deep window
+    ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 32 channels and more, 2**24 MACs
+    ((256, 256, 14, 14, 3), (1, 1), "winograd"),  # ... on 49 tiles
+    ((32, 128, 27, 27, 3), (1, 1), "winograd"),
+    ((512, 512, 7, 7, 3), (1, 1), "lanes"),  # ... but not 16 tiles: half a panel of 32
+    ((48, 192, 13, 13, 3), (1, 1), "lanes"),  # ... nor fewer multiply-adds
+    ((64, 64, 224, 224, 3), (1, 1), "direct"),  # ... nor a V of more than 32 MiB
+    ((64, 64, 56, 56, 5), (1, 1), "lanes"),  # a large map, a deep window
     ((8, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
     ((16, 64, 56, 56, 3), (1, 1), "lanes"),  # a depth of 144
-    ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map, a deep window
+    ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map, a deep window (too few MACs)
     ((3, 16, 32, 32, 3), (1, 1), "direct"),  # small_cnn's layers: rows of whole tiles
     ((16, 32, 16, 16, 3), (1, 1), "direct"),
     ((16, 32, 15, 15, 3), (1, 1), "lanes"),  # the same depth on rows of 15 of 16 lanes
@@ -593,15 +640,19 @@ AUTO_CHOICES_AVX512 = [
 #: packed columns for 1x1 kernels (stream for at most 24 channels) and for large images with 128
 #: channels and more.
 AUTO_CHOICES_AVX2 = [
-    ((64, 64, 56, 56, 3), (1, 1), "lanes"),  # a large map, a window 576 deep
-    ((256, 256, 14, 14, 3), (1, 1), "lanes"),
-    ((512, 512, 7, 7, 3), (1, 1), "lanes"),
+    ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 32 channels and more, 2**24 MACs
+    ((512, 512, 7, 7, 3), (1, 1), "winograd"),  # ... from 16 tiles (panels of 16)
+    ((128, 256, 56, 56, 3), (1, 1), "winograd"),
+    ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # ... but not fewer multiply-adds
+    ((256, 256, 6, 6, 3), (1, 1), "lanes"),  # ... nor 9 tiles
+    ((64, 64, 56, 56, 5), (1, 1), "lanes"),  # a large map, a window 1600 deep
+    ((256, 256, 14, 14, 5), (1, 1), "lanes"),
     ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400
-    ((32, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 288
-    ((16, 64, 56, 56, 3), (1, 1), "direct"),  # a depth of 144
-    ((128, 256, 56, 56, 3), (1, 1), "packed"),  # a 1.6 MiB image, 256 channels: packed
-    ((512, 512, 28, 28, 3), (1, 1), "packed"),
-    ((128, 128, 28, 28, 3), (1, 1), "lanes"),  # ... but not a 460 KiB one
+    ((16, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 144
+    ((16, 64, 56, 56, 3), (1, 1), "direct"),
+    ((128, 256, 56, 56, 5), (1, 1), "packed"),  # a 1.9 MiB image, 256 channels: packed
+    ((512, 512, 28, 28, 5), (1, 1), "packed"),
+    ((64, 128, 28, 28, 5), (1, 1), "lanes"),  # ... but not a 256 KiB one
     ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
     ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
     ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed columns ...
@@ -629,7 +680,7 @@ def test_auto_kernel_choice(isa, shape, strides, want):
     wt = np.ones((m, c, k, k), F32)
     plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, isa)
     assert plan.kernel == want
-    assert plan.staged == (want in ("direct", "lanes"))
+    assert plan.staged == (want in ("direct", "lanes", "winograd"))
 
 
 def test_refusals():
@@ -645,7 +696,9 @@ def test_refusals():
         (dict(isa="sse9"), ValueError, "unknown isa"),
         (dict(w=np.ones((8, 4, 3), F32)), ValueError, "dimension"),
         (dict(w=np.ones((8, 4, 3, 3))), TypeError, "float32"),
-        (dict(kernel="winograd"), ValueError, "unknown conv kernel"),
+        (dict(kernel="fft"), ValueError, "unknown conv kernel"),
+        (dict(strides=[1, 2], out=[6, 3], kernel="winograd"), ValueError, "3x3 kernel, unit"),
+        (dict(dilations=[2, 1], out=[4, 6], kernel="winograd"), ValueError, "and dilations"),
         (dict(kernel="lanes"), ValueError, "no channels-in-lanes"),  # scalar: 1-float vectors
         (dict(strides=[2, 1], kernel="direct"), ValueError, "unit strides"),
         (dict(kernel="stream"), ValueError, "1x1 kernel, unit strides and no padding"),

@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -114,6 +115,53 @@ constexpr size_t HUGE_PACK_BYTES = size_t(4) << 20;
 // Channels per staging block (stage() spreads them over the plugin's threads).
 constexpr int64_t STAGE_CHANNELS = 16;
 
+// The Winograd kernel's units: blocks of this many tiles (a multiple of every ISA's nr) by
+// chunks of output channels of about WINO_ROWS (whole slivers of mr), so that one thread's
+// 16 products (16 x 64 x 64 floats, 256 KiB) stay in L2 until A^T M A reads them.
+constexpr int64_t WINO_TILES = 64;
+constexpr int64_t WINO_ROWS = 64;
+// ... but chunks as small as one sliver where that makes fewer than WINO_UNITS units (a 13 x 13
+// map is one block of tiles: 256 channels in four chunks left one of two threads idle a
+// quarter of the time), and the transform in at least WINO_STAGE_ITEMS pieces.
+constexpr int64_t WINO_UNITS = 8;
+constexpr int64_t WINO_STAGE_ITEMS = 8;
+constexpr int64_t WINO_STAGE_FLOATS = int64_t(1) << 20;
+// A whole call on several threads transforms and multiplies per thread from this many panels of
+// tiles a thread (ConvPlan::call_at).
+constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
+
+// Where "auto" takes the Winograd kernel (3x3, unit strides and dilations; bench/conv_micro.py
+// --kernels): from 32 input and output channels per group and 2**24
+// multiply-adds of direct convolution, with V (16 floats per input channel and tile) up to
+// 32 MiB, on avx512 from 40 tiles (a 7 x 7 map's 16 tiles fill half of a 32-tile panel: 512->512
+// 1.5x slower than lanes), on avx2 from 16.  Winograd against the kernel "auto" took before,
+// one thread, Zen 4 (two threads alike but for the small layers, where both are within 5%):
+// avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28 0.65, 256->256 on 14 x 14 0.71, 512->512
+// on 28 x 28 0.58, 32->128 on 27 x 27 0.88, 64->256 on 13 x 13 0.96; avx2 0.65, 0.67, 0.73,
+// 0.57, 0.86, 0.95 and 512->512 on 7 x 7 0.68.  Shallower layers lose (16->32 on 16 x 16 1.2,
+// 3->16 on 32 x 32 2.2: the products are too shallow to repay the transforms).
+constexpr int64_t WINO_MIN_CHANNELS = 32;
+constexpr double WINO_MIN_MACS = 16777216.0;
+constexpr double WINO_MAX_V_BYTES = 32.0 * 1024 * 1024;
+constexpr int64_t WINO_MIN_TILES_AVX512 = 40;
+constexpr int64_t WINO_MIN_TILES_AVX2 = 16;
+
+// One thread's scratch for wino_tiles, kept between calls and grown as needed.
+float* wino_scratch(int64_t floats) {
+    thread_local std::unique_ptr<float, FreeDeleter> buf;
+    thread_local int64_t have = 0;
+    if (floats > have) {
+        buf.reset(static_cast<float*>(
+            std::aligned_alloc(64, static_cast<size_t>((floats + 15) / 16 * 16) * sizeof(float))));
+        if (!buf) {
+            have = 0;
+            throw std::bad_alloc();
+        }
+        have = floats;
+    }
+    return buf.get();
+}
+
 // One thread's block of columns (CONV_KC x CONV_NCB floats), allocated on first use and kept:
 // a fresh 256 KiB allocation per call would be an mmap and page faults every time.
 float* conv_block() {
@@ -172,6 +220,10 @@ public:
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
         mode_ = choose_mode(kernel);
+        if (mode_ == WINO) {
+            plan_winograd(w);
+            return;
+        }
         if (staged() && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && !s.ph && !s.pw &&
             s.oh == s.h && s.ow == s.w) {
             // a plain 1x1 kernel sees each plane as one row of h * w positions (stage() lays
@@ -276,17 +328,58 @@ public:
         mul(others, pblocks_, "the work units");
     }
 
+    // The Winograd plan: tiles of 2 x 2 outputs, U packed per group, units of WINO_TILES
+    // tiles by chunks of slivers.
+    void plan_winograd(const InArray& w) {
+        const ConvShape& s = shape_;
+        WinoShape& ws = wino_;
+        const int64_t mr = isa_->mr, nr = isa_->nr;
+        const char* what = "the Winograd tiles";
+        ws.c = s.c, ws.h = s.h, ws.w = s.w, ws.ph = s.ph, ws.pw = s.pw, ws.oh = s.oh,
+        ws.ow = s.ow;
+        ws.th = (s.oh + 1) / 2, ws.tw = (s.ow + 1) / 2;
+        ws.tiles = bounded(mul(ws.th, ws.tw, what), MAX_FLOATS, what);
+        ws.tpad = (ws.tiles + nr - 1) / nr * nr;
+        ws.m = mg_;
+        ws.slivers = (mg_ + mr - 1) / mr;
+        cmr_ = mr;
+        tiles_ = ws.slivers;
+        per_group_ = mul(mul(16, ws.slivers * mr, what), s.c, what);
+        bounded(mul(per_group_, group_, what), MAX_FLOATS, what);
+        // V's 16 matrices 320 bytes apart modulo 4 KiB, not at one offset (a 64 -> 64 layer on
+        // 56 x 56 has matrices of exactly 52 pages): the transform's 16 streams of stores
+        // would share L1 sets
+        ws.vmat = (bounded(mul(s.c, ws.tpad, what), MAX_FLOATS, what) + 1023) / 1024 * 1024 + 80;
+        v_floats_ = bounded(mul(16, ws.vmat, what), MAX_FLOATS, what);
+        bounded(mul(mul(n_, group_, what), v_floats_, what), MAX_FLOATS, what);
+        pack_weight(w);
+        const int64_t per_chunk = std::max<int64_t>(1, WINO_ROWS / mr);
+        ptile_step_ = WINO_TILES;
+        ptiles_ = ws.tiles;
+        pblocks_ = (ws.tiles + WINO_TILES - 1) / WINO_TILES;
+        mchunks_ = (ws.slivers + per_chunk - 1) / per_chunk;
+        const int64_t others = n_ * group_ * pblocks_;  // (bounded by the positions above)
+        if (others * mchunks_ < WINO_UNITS)
+            mchunks_ = std::min(ws.slivers, (WINO_UNITS + others - 1) / others);
+        mul(mul(mul(n_, group_, what), mchunks_, what), pblocks_, what);
+        const int64_t rows = (ws.slivers + mchunks_ - 1) / mchunks_ * mr;
+        scratch_floats_ = wino_scratch_floats(rows, WINO_TILES, nr, ws.tw);
+    }
+
     int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
     int64_t nbytes() const { return per_group_ * group_ * static_cast<int64_t>(sizeof(float)); }
     // floats of the staging buffer stage() and run() take (0: the packed path needs none)
     int64_t work_floats() const {
+        if (mode_ == WINO) return n_ * group_ * v_floats_;
         return staged() ? n_ * group_ * direct_shape_.staged : 0;
     }
-    bool staged() const { return mode_ == DIRECT || mode_ == LANES; }
+    // whether stage() writes work before run() (the Winograd kernel: V = B^T d B)
+    bool staged() const { return mode_ == DIRECT || mode_ == LANES || mode_ == WINO; }
     std::string kernel() const {
         return mode_ == DIRECT   ? "direct"
                : mode_ == LANES  ? "lanes"
                : mode_ == STREAM ? "stream"
+               : mode_ == WINO   ? "winograd"
                                  : "packed";
     }
 
@@ -321,6 +414,28 @@ public:
     }
 
     void stage_at(const RunArgs& a, int threads) const {
+        if (mode_ == WINO) {
+            // V of blocks of STAGE_CHANNELS channels of one image and group, and of tile rows
+            // where that makes fewer than WINO_STAGE_ITEMS items (a 16-channel layer was one)
+            // (and of tile rows whose padded planes stay within WINO_STAGE_FLOATS a thread)
+            const int64_t per = (shape_.c + STAGE_CHANNELS - 1) / STAGE_CHANNELS;
+            const int64_t items = n_ * group_ * per, th = wino_.th;
+            const int64_t row_floats = STAGE_CHANNELS * 2 * (2 * wino_.tw + 2 + 36);
+            const int64_t most_rows = std::max<int64_t>(1, WINO_STAGE_FLOATS / row_floats);
+            const int64_t parts = std::min(
+                th, std::max({(WINO_STAGE_ITEMS + items - 1) / items, (th + most_rows - 1) / most_rows,
+                              int64_t(1)}));
+            NativePool::get().run(items * parts, threads, [&](int64_t i) {
+                const int64_t part = i % parts, item = i / parts;
+                const int64_t ig = item / per, c0 = item % per * STAGE_CHANNELS;
+                const int64_t img = ig / group_, g = ig % group_;
+                isa_->wino_input(wino_, a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2,
+                                 c0, std::min(c0 + STAGE_CHANNELS, shape_.c),
+                                 part * th / parts * wino_.tw, (part + 1) * th / parts * wino_.tw,
+                                 a.work + ig * v_floats_);
+            });
+            return;
+        }
         if (a.x_in_place) return;
         const float* px = a.x;
         float* pw = a.work;
@@ -420,8 +535,70 @@ public:
         run_at(args, u0, u1, clamp_threads(threads));
     }
 
+    // Units [u0, u1) of the Winograd plan: each one's 16 products and A^T M A.
+    void run_winograd(const RunArgs& a, int64_t u0, int64_t u1, int threads) const {
+        const WinoShape& ws = wino_;
+        NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
+            int64_t rest = u0 + i;
+            const int64_t pb = rest % pblocks_;
+            rest /= pblocks_;
+            const int64_t mc = rest % mchunks_;
+            rest /= mchunks_;
+            const int64_t g = rest % group_, img = rest / group_;
+            const int64_t s0 = mc * ws.slivers / mchunks_, s1 = (mc + 1) * ws.slivers / mchunks_;
+            const int64_t t0 = pb * WINO_TILES, t1 = std::min(t0 + WINO_TILES, ws.tiles);
+            float* yg = a.y + img * a.ys0 + g * mg_ * a.ys1;
+            const float* zg = a.z ? a.z + img * a.ys0 + g * mg_ * a.ys1 : nullptr;
+            const float* bg = a.bias ? a.bias + g * mg_ : nullptr;
+            isa_->wino_tiles(ws, a.work + (img * group_ + g) * v_floats_,
+                             packed_.get() + g * per_group_, s0, s1, t0, t1, yg, zg, a.ys1, bg,
+                             a.act, wino_scratch(scratch_floats_));
+        });
+    }
+
+    // A whole call (ConvCall): stage() then run(), except for the Winograd kernel on several
+    // threads with panels of tiles enough for each: there each thread transforms the tiles it
+    // then multiplies (reading V another thread wrote moved it between the cores' caches: at
+    // 2 threads, 64->64 on 56 x 56 8% and 16->64 on 55 x 55 16% slower than the parts).  An
+    // output's arithmetic does not depend on its thread or block, so neither do the bits.
+    void call_at(const RunArgs& a, int threads) const {
+        const int64_t panels = mode_ == WINO ? wino_.tpad / isa_->nr : 0;
+        if (threads <= 1 || panels < WINO_FUSED_MIN_PANELS * threads) {
+            if (staged()) stage_at(a, threads);
+            run_at(a, 0, units(), threads);
+            return;
+        }
+        const WinoShape& ws = wino_;
+        const int64_t nr = isa_->nr;
+        NativePool::get().run(n_ * group_ * threads, threads, [&](int64_t i) {
+            const int64_t ig = i / threads, k = i % threads;
+            const int64_t img = ig / group_, g = ig % group_;
+            const int64_t ta = k * panels / threads * nr;
+            const int64_t tb = std::min((k + 1) * panels / threads * nr, ws.tiles);
+            float* v = a.work + ig * v_floats_;
+            const float* xg = a.x + img * a.xs0 + g * shape_.c * a.xs1;
+            for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS)
+                isa_->wino_input(ws, xg, a.xs1, a.xs2, c0, std::min(c0 + STAGE_CHANNELS, shape_.c),
+                                 ta, k + 1 == threads ? ws.tiles : tb, v);
+            float* yg = a.y + img * a.ys0 + g * mg_ * a.ys1;
+            const float* zg = a.z ? a.z + img * a.ys0 + g * mg_ * a.ys1 : nullptr;
+            const float* bg = a.bias ? a.bias + g * mg_ : nullptr;
+            float* scratch = wino_scratch(scratch_floats_);
+            for (int64_t t0 = ta; t0 < tb; t0 += WINO_TILES)
+                for (int64_t mc = 0; mc < mchunks_; ++mc)
+                    isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
+                                     mc * ws.slivers / mchunks_, (mc + 1) * ws.slivers / mchunks_,
+                                     t0, std::min(t0 + WINO_TILES, tb), yg, zg, a.ys1, bg, a.act,
+                                     scratch);
+        });
+    }
+
     // Units [u0, u1) on checked arrays, over `threads` (clamped) threads; no GIL needed.
     void run_at(const RunArgs& args, int64_t u0, int64_t u1, int threads) const {
+        if (mode_ == WINO) {
+            run_winograd(args, u0, u1, threads);
+            return;
+        }
         const ConvShape& s = shape_;
         // the packed path reads a 1x1 kernel with unit strides and no padding as one long row
         ConvShape run_shape = s;
@@ -574,8 +751,10 @@ private:
             pw = dense.data();
         }
         for (int64_t g = 0; g < group_; ++g)
-            (mode_ == LANES ? isa_->conv_pack_w_lanes : isa_->conv_pack_w)(
-                mg_, k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
+            (mode_ == WINO    ? isa_->wino_pack_u
+             : mode_ == LANES ? isa_->conv_pack_w_lanes
+                              : isa_->conv_pack_w)(
+                mg_, mode_ == WINO ? s.c : k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
     }
 
     void check_x(const InArray& x) const {
@@ -607,7 +786,10 @@ private:
     int64_t cmr_ = 1;  // output channels per tile of the packed weight (the kernel's)
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
     int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
-    enum Mode { PACKED, DIRECT, LANES, STREAM } mode_ = PACKED;
+    enum Mode { PACKED, DIRECT, LANES, STREAM, WINO } mode_ = PACKED;
+    WinoShape wino_{};
+    int64_t v_floats_ = 0;       // floats of one image and group's V (the Winograd kernel)
+    int64_t scratch_floats_ = 0;  // floats of one Winograd unit's scratch
 
     // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
     // run is a ValueError.
@@ -617,6 +799,13 @@ private:
         const bool lanes_ok = isa_->conv_lanes_ok;
         const bool one = s.kh * s.kw == 1;
         if (kernel == "packed") return PACKED;
+        const bool wino_ok = s.kh == 3 && s.kw == 3 && unit && s.dh == 1 && s.dw == 1;
+        if (kernel == "winograd") {
+            if (!wino_ok)
+                throw nb::value_error(
+                    "the winograd kernel needs a 3x3 kernel, unit strides and dilations");
+            return WINO;
+        }
         if (kernel == "direct") {
             if (!unit) throw nb::value_error("the direct kernel needs unit strides");
             return DIRECT;
@@ -638,8 +827,19 @@ private:
         }
         if (kernel != "auto")
             throw nb::value_error(("unknown conv kernel '" + kernel +
-                                   "'; expected auto, direct, lanes, packed or stream")
+                                   "'; expected auto, direct, lanes, packed, stream or "
+                                   "winograd")
                                       .c_str());
+        if (wino_ok && lanes_ok && s.c >= WINO_MIN_CHANNELS && mg_ >= WINO_MIN_CHANNELS) {
+            const int64_t nr = isa_->nr;
+            const double tiles = static_cast<double>((s.oh + 1) / 2) * ((s.ow + 1) / 2);
+            const double tpad = std::ceil(tiles / nr) * nr;
+            const double macs = 9.0 * s.c * mg_ * static_cast<double>(s.oh) * s.ow;
+            const bool wide = isa_->lmr >= 16;
+            if (macs >= WINO_MIN_MACS && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
+                tiles >= (wide ? WINO_MIN_TILES_AVX512 : WINO_MIN_TILES_AVX2))
+                return WINO;
+        }
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
         // --kernels): channels in lanes where the windows are deep or the rows narrow, the
         // direct kernel for shallow windows on rows that fill its tiles, x's own
@@ -701,8 +901,7 @@ public:
 
     void operator()() const {
         nb::gil_scoped_release nogil;
-        if (plan_->staged()) plan_->stage_at(args_, threads_);
-        plan_->run_at(args_, 0, plan_->units(), threads_);
+        plan_->call_at(args_, threads_);
     }
 
 private:
@@ -752,8 +951,8 @@ void bind_conv(nb::module_& m) {
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
           "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
-          "output extents, which fix the pads after; kernel: auto, direct, lanes, packed or "
-          "stream).");
+          "output extents, which fix the pads after; kernel: auto, direct, lanes, packed, "
+          "stream or winograd).");
 }
 
 }  // namespace graphrt_simd

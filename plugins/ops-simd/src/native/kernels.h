@@ -116,6 +116,17 @@ inline bool pool_flat_threes(const ConvShape& s, const AvgPoolGeometry& g, int64
            4 * s.h * s.w + 6 * lanes <= avgpool_work_floats(s, g);
 }
 
+// Winograd F(2x2, 3x3) of one image and group (wino_driver.inc): a 3x3 kernel at unit
+// strides and dilations, outputs in tiles of 2 x 2, th x tw of them numbered t = ty * tw + tx
+// and rounded up to whole panels of nr (tpad).  V holds 16 matrices of c x tpad (input
+// channels by tiles) in panels of nr tiles; U 16 of m x c in slivers of mr output channels.
+struct WinoShape {
+    int64_t c, h, w, ph, pw, oh, ow;
+    int64_t th, tw, tiles, tpad;
+    int64_t m, slivers;  // output channels of the group, ceil(m / mr)
+    int64_t vmat;        // floats from one of V's matrices to the next (>= c * tpad)
+};
+
 struct IsaKernels {
     const char* name;
     int nr;  // columns per packed panel of B
@@ -200,7 +211,31 @@ struct IsaKernels {
     // Whether depthwise2d puts a block of channels in the lanes for this shape (small maps)
     // rather than one plane's outputs (the same bits either way).
     bool (*depthwise_lanes)(const ConvShape& s);
+    int mr;  // rows of the fast GEMM's micro-tile (wino_pack_u's slivers)
+    // U = G g G^T of every (output, input) channel pair of w (m x c x 3 x 3, C-contiguous)
+    // as 16 matrices of slivers of mr output channels: element (xi, o, ic) at
+    // dst[((xi * slivers + o / mr) * c + ic) * mr + o % mr], rows past m zero.
+    void (*wino_pack_u)(int64_t m, int64_t c, const float* w, float* dst);
+    // V = B^T d B of input channels [c0, c1) and tiles [t0, t1) of one image and group (x:
+    // plane stride x_cs, row stride x_rs, unit column stride): element (xi, ic, t) at
+    // v[xi * vmat + (t / nr) * c * nr + ic * nr + t % nr]; the tiles past s.tiles are zeroed
+    // by the call that ends at s.tiles.
+    void (*wino_input)(const WinoShape& s, const float* x, std::ptrdiff_t x_cs,
+                       std::ptrdiff_t x_rs, int64_t c0, int64_t c1, int64_t t0, int64_t t1,
+                       float* v);
+    // Output channels of slivers [s0, s1) and tiles [t0, t1) (t0 a multiple of nr): the 16
+    // products U V into scratch (wino_scratch_floats), then y = act(A^T M A + bias + z) (y,
+    // z: channel stride ldy, rows of s.ow), act ACT_NONE or ACT_RELU.
+    void (*wino_tiles)(const WinoShape& s, const float* v, const float* u, int64_t s0,
+                       int64_t s1, int64_t t0, int64_t t1, float* y, const float* z,
+                       std::ptrdiff_t ldy, const float* bias, int act, float* scratch);
 };
+
+// Floats of wino_tiles' scratch for `rows` output channels (slivers * mr) and `tiles` tiles
+// (rounded up to whole panels of nr): 16 products, then four rows of tw outputs.
+inline int64_t wino_scratch_floats(int64_t rows, int64_t tiles, int64_t nr, int64_t tw) {
+    return 16 * rows * ((tiles + nr - 1) / nr * nr) + 4 * tw;
+}
 
 // Selected boxes per step of nms_suppressed (its arrays are padded to a multiple of it).
 constexpr int64_t NMS_CHUNK = 16;

@@ -83,6 +83,7 @@ struct PoolLanes {
 
 #include "gemm_driver.inc"
 #include "nms_driver.inc"
+#include "wino_driver.inc"
 #include "conv_driver.inc"
 #include "rnn_driver.inc"
 #include "fast_math.inc"

@@ -152,6 +152,7 @@ struct PoolLanes {
 #include "unary_driver.inc"
 #include "gemm_driver.inc"
 #include "nms_driver.inc"
+#include "wino_driver.inc"
 #include "conv_driver.inc"
 #include "rnn_driver.inc"
 #include "fast_math.inc"
