@@ -124,7 +124,7 @@ def native_kernel(
     isa: str | None = None,
     threads: int = 1,
 ):
-    """The ops-simd native convolution on `isa` (default the best), staged and run (None
+    """The ops-simd native convolution on `isa` (default the best), a bound call (None
     without it)."""
     isa = native_isa(isa)
     if isa is None:
@@ -139,11 +139,9 @@ def native_kernel(
     work = np.empty(plan.work_floats, np.float32)
     y = np.empty((1, cout, out, out), np.float32)
 
-    def run() -> None:
-        plan.stage(x, work, threads)
-        plan.run(x, work, y, b, "none", threads=threads)
-
-    return run, y
+    # bound once, as a session's step binds it (a whole call: the Winograd kernel's per-thread
+    # transform and products)
+    return _native.ConvCall(plan, x, work, y, b, "none", threads), y
 
 
 def bound_kernel(node, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[Callable, np.ndarray]:

@@ -614,7 +614,8 @@ AUTO_CHOICES_AVX512 = [
     ((64, 64, 224, 224, 3), (1, 1), "direct"),  # ... nor a V of more than 32 MiB
     ((64, 64, 56, 56, 5), (1, 1), "lanes"),  # a large map, a deep window
     ((8, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
-    ((16, 64, 56, 56, 3), (1, 1), "lanes"),  # a depth of 144
+    ((16, 64, 56, 56, 3), (1, 1), "winograd"),  # from 16 channels
+    ((16, 64, 56, 56, 5), (1, 1), "lanes"),  # a depth of 400
     ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # a small map, a deep window (too few MACs)
     ((3, 16, 32, 32, 3), (1, 1), "direct"),  # small_cnn's layers: rows of whole tiles
     ((16, 32, 16, 16, 3), (1, 1), "direct"),
@@ -649,7 +650,9 @@ AUTO_CHOICES_AVX2 = [
     ((256, 256, 14, 14, 5), (1, 1), "lanes"),
     ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400
     ((16, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 144
-    ((16, 64, 56, 56, 3), (1, 1), "direct"),
+    ((16, 64, 56, 56, 3), (1, 1), "winograd"),  # ... Winograd from 16 channels
+    ((8, 64, 56, 56, 3), (1, 1), "direct"),  # ... but not 8
+    ((128, 32, 56, 56, 3), (1, 1), "lanes"),  # ... nor fewer than 64 output channels
     ((128, 256, 56, 56, 5), (1, 1), "packed"),  # a 1.9 MiB image, 256 channels: packed
     ((512, 512, 28, 28, 5), (1, 1), "packed"),
     ((64, 128, 28, 28, 5), (1, 1), "lanes"),  # ... but not a 256 KiB one

@@ -131,16 +131,21 @@ constexpr int64_t WINO_STAGE_FLOATS = int64_t(1) << 20;
 constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 
 // Where "auto" takes the Winograd kernel (3x3, unit strides and dilations; bench/conv_micro.py
-// --kernels): from 32 input and output channels per group and 2**24
+// --kernels --threads 1|2, bound calls): from 16 input and output channels per group and 2**24
 // multiply-adds of direct convolution, with V (16 floats per input channel and tile) up to
 // 32 MiB, on avx512 from 40 tiles (a 7 x 7 map's 16 tiles fill half of a 32-tile panel: 512->512
 // 1.5x slower than lanes), on avx2 from 16.  Winograd against the kernel "auto" took before,
-// one thread, Zen 4 (two threads alike but for the small layers, where both are within 5%):
-// avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28 0.65, 256->256 on 14 x 14 0.71, 512->512
-// on 28 x 28 0.58, 32->128 on 27 x 27 0.88, 64->256 on 13 x 13 0.96; avx2 0.65, 0.67, 0.73,
-// 0.57, 0.86, 0.95 and 512->512 on 7 x 7 0.68.  Shallower layers lose (16->32 on 16 x 16 1.2,
-// 3->16 on 32 x 32 2.2: the products are too shallow to repay the transforms).
-constexpr int64_t WINO_MIN_CHANNELS = 32;
+// one thread, Zen 4: avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28 0.65, 256->256 on
+// 14 x 14 0.71, 512->512 on 28 x 28 0.58, 16->64 on 55 x 55 0.90, 32->128 on 27 x 27 0.86,
+// 64->256 on 13 x 13 0.89; avx2 0.65, 0.67, 0.73, 0.57, 0.92, 0.88, 0.95 and 512->512 on 7 x 7
+// 0.68; two threads 0.86-0.95 on light_squeezenet's.  Below the bounds it lost: 128->32 on
+// 14 x 14 (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products
+// too shallow or too small to repay the transforms).
+constexpr int64_t WINO_MIN_CHANNELS = 16;
+// ... and on avx2 from 64 output channels: with fewer its products (6-row slivers) no longer
+// repaid the transform against the lanes kernel (light_densenet121's 128->32 on 56 x 56: 2.70
+// against 2.37 ms, on 28 x 28 0.66 against 0.58; avx512 won both, 0.89).
+constexpr int64_t WINO_MIN_OUT_CHANNELS_AVX2 = 64;
 constexpr double WINO_MIN_MACS = 16777216.0;
 constexpr double WINO_MAX_V_BYTES = 32.0 * 1024 * 1024;
 constexpr int64_t WINO_MIN_TILES_AVX512 = 40;
@@ -420,8 +425,7 @@ public:
             // (and of tile rows whose padded planes stay within WINO_STAGE_FLOATS a thread)
             const int64_t per = (shape_.c + STAGE_CHANNELS - 1) / STAGE_CHANNELS;
             const int64_t items = n_ * group_ * per, th = wino_.th;
-            const int64_t row_floats = STAGE_CHANNELS * 2 * (2 * wino_.tw + 2 + 36);
-            const int64_t most_rows = std::max<int64_t>(1, WINO_STAGE_FLOATS / row_floats);
+            const int64_t most_rows = wino_stage_rows();
             const int64_t parts = std::min(
                 th, std::max({(WINO_STAGE_ITEMS + items - 1) / items, (th + most_rows - 1) / most_rows,
                               int64_t(1)}));
@@ -535,6 +539,12 @@ public:
         run_at(args, u0, u1, clamp_threads(threads));
     }
 
+    // Tile rows whose padded planes (STAGE_CHANNELS of them) stay within WINO_STAGE_FLOATS.
+    int64_t wino_stage_rows() const {
+        const int64_t row_floats = STAGE_CHANNELS * 2 * (2 * wino_.tw + 2 + 36);
+        return std::max<int64_t>(1, WINO_STAGE_FLOATS / row_floats);
+    }
+
     // Units [u0, u1) of the Winograd plan: each one's 16 products and A^T M A.
     void run_winograd(const RunArgs& a, int64_t u0, int64_t u1, int threads) const {
         const WinoShape& ws = wino_;
@@ -577,9 +587,12 @@ public:
             const int64_t tb = std::min((k + 1) * panels / threads * nr, ws.tiles);
             float* v = a.work + ig * v_floats_;
             const float* xg = a.x + img * a.xs0 + g * shape_.c * a.xs1;
+            const int64_t most = wino_stage_rows() * ws.tw;  // tiles per transform call
             for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS)
-                isa_->wino_input(ws, xg, a.xs1, a.xs2, c0, std::min(c0 + STAGE_CHANNELS, shape_.c),
-                                 ta, k + 1 == threads ? ws.tiles : tb, v);
+                for (int64_t t = ta; t < tb; t += most)
+                    isa_->wino_input(ws, xg, a.xs1, a.xs2, c0,
+                                     std::min(c0 + STAGE_CHANNELS, shape_.c), t,
+                                     std::min(t + most, tb), v);
             float* yg = a.y + img * a.ys0 + g * mg_ * a.ys1;
             const float* zg = a.z ? a.z + img * a.ys0 + g * mg_ * a.ys1 : nullptr;
             const float* bg = a.bias ? a.bias + g * mg_ : nullptr;
@@ -837,6 +850,7 @@ private:
             const double macs = 9.0 * s.c * mg_ * static_cast<double>(s.oh) * s.ow;
             const bool wide = isa_->lmr >= 16;
             if (macs >= WINO_MIN_MACS && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
+                (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) &&
                 tiles >= (wide ? WINO_MIN_TILES_AVX512 : WINO_MIN_TILES_AVX2))
                 return WINO;
         }
