@@ -642,10 +642,10 @@ AUTO_CHOICES_AVX512 = [
 #: channels and more.
 AUTO_CHOICES_AVX2 = [
     ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 32 channels and more, 2**24 MACs
-    ((512, 512, 7, 7, 3), (1, 1), "winograd"),  # ... from 16 tiles (panels of 16)
+    ((512, 512, 7, 7, 3), (1, 1), "lanes"),  # ... but not on 16 tiles
     ((128, 256, 56, 56, 3), (1, 1), "winograd"),
     ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # ... but not fewer multiply-adds
-    ((256, 256, 6, 6, 3), (1, 1), "lanes"),  # ... nor 9 tiles
+    ((256, 256, 14, 14, 3), (1, 1), "winograd"),  # ... 49 tiles
     ((64, 64, 56, 56, 5), (1, 1), "lanes"),  # a large map, a window 1600 deep
     ((256, 256, 14, 14, 5), (1, 1), "lanes"),
     ((16, 32, 27, 27, 5), (1, 1), "lanes"),  # a depth of 400

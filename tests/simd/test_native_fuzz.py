@@ -135,7 +135,9 @@ def conv_spec(draw) -> dict:
         "pads": g["pads"],
         "out": g["out"],
         "isa": draw(isa()),
-        "kernel": draw(st.sampled_from(["auto", "auto", "direct", "lanes", "packed", "stream"])),
+        "kernel": draw(
+            st.sampled_from(["auto", "auto", "direct", "lanes", "packed", "stream", "winograd"])
+        ),
         "x": "fit",
         "work": "fit",
         "y": "fit",

@@ -133,14 +133,15 @@ constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 // Where "auto" takes the Winograd kernel (3x3, unit strides and dilations; bench/conv_micro.py
 // --kernels --threads 1|2, bound calls): from 16 input and output channels per group and 2**24
 // multiply-adds of direct convolution, with V (16 floats per input channel and tile) up to
-// 32 MiB, on avx512 from 40 tiles (a 7 x 7 map's 16 tiles fill half of a 32-tile panel: 512->512
-// 1.5x slower than lanes), on avx2 from 16.  Winograd against the kernel "auto" took before,
-// one thread, Zen 4: avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28 0.65, 256->256 on
-// 14 x 14 0.71, 512->512 on 28 x 28 0.58, 16->64 on 55 x 55 0.90, 32->128 on 27 x 27 0.86,
-// 64->256 on 13 x 13 0.89; avx2 0.65, 0.67, 0.73, 0.57, 0.92, 0.88, 0.95 and 512->512 on 7 x 7
-// 0.68; two threads 0.86-0.95 on light_squeezenet's.  Below the bounds it lost: 128->32 on
-// 14 x 14 (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products
-// too shallow or too small to repay the transforms).
+// 32 MiB, from 40 tiles (a 7 x 7 map's 16 tiles fill half of an avx512 panel of 32: 512->512
+// 1.5x slower than lanes; on avx2 a tie in light_resnet50, where its U, 16 MiB, came from
+// memory each call instead of from L3 as in a loop of one layer, 0.68).  Against the kernel
+// "auto" took before, one thread, Zen 4: avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28
+// 0.65, 256->256 on 14 x 14 0.71, 512->512 on 28 x 28 0.58, 16->64 on 55 x 55 0.90, 32->128
+// on 27 x 27 0.86, 64->256 on 13 x 13 0.89; avx2 0.65, 0.67, 0.73, 0.57, 0.92, 0.88, 0.95; two
+// threads 0.86-0.95 on light_squeezenet's.  Below the bounds it lost: 128->32 on 14 x 14
+// (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products too
+// shallow or too small to repay the transforms).
 constexpr int64_t WINO_MIN_CHANNELS = 16;
 // ... and on avx2 from 64 output channels: with fewer its products (6-row slivers) no longer
 // repaid the transform against the lanes kernel (light_densenet121's 128->32 on 56 x 56: 2.70
@@ -148,8 +149,7 @@ constexpr int64_t WINO_MIN_CHANNELS = 16;
 constexpr int64_t WINO_MIN_OUT_CHANNELS_AVX2 = 64;
 constexpr double WINO_MIN_MACS = 16777216.0;
 constexpr double WINO_MAX_V_BYTES = 32.0 * 1024 * 1024;
-constexpr int64_t WINO_MIN_TILES_AVX512 = 40;
-constexpr int64_t WINO_MIN_TILES_AVX2 = 16;
+constexpr int64_t WINO_MIN_TILES = 40;
 
 // One thread's scratch for wino_tiles, kept between calls and grown as needed.
 float* wino_scratch(int64_t floats) {
@@ -426,9 +426,9 @@ public:
             const int64_t per = (shape_.c + STAGE_CHANNELS - 1) / STAGE_CHANNELS;
             const int64_t items = n_ * group_ * per, th = wino_.th;
             const int64_t most_rows = wino_stage_rows();
-            const int64_t parts = std::min(
-                th, std::max({(WINO_STAGE_ITEMS + items - 1) / items, (th + most_rows - 1) / most_rows,
-                              int64_t(1)}));
+            const int64_t parts =
+                std::min(th, std::max({(WINO_STAGE_ITEMS + items - 1) / items,
+                                       (th + most_rows - 1) / most_rows, int64_t(1)}));
             NativePool::get().run(items * parts, threads, [&](int64_t i) {
                 const int64_t part = i % parts, item = i / parts;
                 const int64_t ig = item / per, c0 = item % per * STAGE_CHANNELS;
@@ -851,7 +851,7 @@ private:
             const bool wide = isa_->lmr >= 16;
             if (macs >= WINO_MIN_MACS && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
                 (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) &&
-                tiles >= (wide ? WINO_MIN_TILES_AVX512 : WINO_MIN_TILES_AVX2))
+                tiles >= WINO_MIN_TILES)
                 return WINO;
         }
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
