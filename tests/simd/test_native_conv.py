@@ -604,6 +604,41 @@ def test_winograd_values_and_bits_on_any_thread_count(isa, n, c, m, size, pad, g
     _same_bits_on_thread_counts(isa, g, x, wt, b, z, np.maximum(want, 0), "winograd")
 
 
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_keeps_nan_and_infinity_to_their_windows(isa, threads):
+    """A NaN or an infinity in a tile's 4 x 4 patch reaches all four outputs of A^T M A, also
+    those whose 3 x 3 window does not hold it: those outputs are taken by their windows, so the
+    non-finite outputs are exactly the direct kernel's (NaN where it has NaN, infinities of its
+    signs) and the others keep their values."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(5)
+    n, c, m, size = 1, 20, 24, 23
+    x = rng.standard_normal((n, c, size, size)).astype(F32)
+    x[0, 3, 0, 0] = np.nan  # a corner: in the pad's tiles
+    x[0, 5, 10, 11] = np.inf  # inside, at a tile's odd column
+    x[0, 5, 16, 4] = -np.inf
+    x[0, 7, 22, 22] = np.nan  # the last row and column (odd map: the last tiles cut)
+    x[0, 9, 6, 6] = np.inf
+    x[0, 9, 6, 7] = -np.inf  # windows holding both: NaN
+    wt = rng.standard_normal((m, c, 3, 3)).astype(F32)
+    wt[:, 5] = np.abs(wt[:, 5])  # channel 5's infinities keep their signs
+    b = rng.standard_normal(m).astype(F32)
+    g = dict(group=1, strides=[1, 1], dilations=[1, 1], pads=[1, 1], out=[size, size], act="none")
+    plan = simd.conv_plan(wt, 1, list(x.shape), [1, 1], [1, 1], [1, 1], [size, size], isa,
+                          "winograd")  # fmt: skip
+    work = np.empty(plan.work_floats, F32)
+    got = np.full((n, m, size, size), 7.0, F32)
+    simd.ConvCall(plan, x, work, got, b, "none", threads)()
+    want = _run(isa, g, x, wt, b, split=False, kernel="packed")
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isposinf(got), np.isposinf(want))
+    assert np.array_equal(np.isneginf(got), np.isneginf(want))
+    assert np.isnan(want).any() and np.isposinf(want).any() and np.isneginf(want).any()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5 * c * 9)
+
+
 #: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
 AUTO_CHOICES_AVX512 = [
     ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 32 channels and more, 2**24 MACs

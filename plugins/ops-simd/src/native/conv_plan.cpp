@@ -539,6 +539,12 @@ public:
         run_at(args, u0, u1, clamp_threads(threads));
     }
 
+    // The group's x and dense weight, for the outputs the Winograd kernel takes by their windows.
+    WinoWindows windows(const RunArgs& a, int64_t img, int64_t g) const {
+        return WinoWindows{a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2,
+                           wino_w_.data() + g * mg_ * k_};
+    }
+
     // Tile rows whose padded planes (STAGE_CHANNELS of them) stay within WINO_STAGE_FLOATS.
     int64_t wino_stage_rows() const {
         const int64_t row_floats = STAGE_CHANNELS * 2 * (2 * wino_.tw + 2 + 36);
@@ -562,7 +568,7 @@ public:
             const float* bg = a.bias ? a.bias + g * mg_ : nullptr;
             isa_->wino_tiles(ws, a.work + (img * group_ + g) * v_floats_,
                              packed_.get() + g * per_group_, s0, s1, t0, t1, yg, zg, a.ys1, bg,
-                             a.act, wino_scratch(scratch_floats_));
+                             a.act, windows(a, img, g), wino_scratch(scratch_floats_));
         });
     }
 
@@ -602,7 +608,7 @@ public:
                     isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
                                      mc * ws.slivers / mchunks_, (mc + 1) * ws.slivers / mchunks_,
                                      t0, std::min(t0 + WINO_TILES, tb), yg, zg, a.ys1, bg, a.act,
-                                     scratch);
+                                     windows(a, img, g), scratch);
         });
     }
 
@@ -763,6 +769,7 @@ private:
                                 pw[o * s0 + ci * s1 + y * s2 + x * s3];
             pw = dense.data();
         }
+        if (mode_ == WINO) wino_w_.assign(pw, pw + m_ * k_);
         for (int64_t g = 0; g < group_; ++g)
             (mode_ == WINO    ? isa_->wino_pack_u
              : mode_ == LANES ? isa_->conv_pack_w_lanes
@@ -801,6 +808,7 @@ private:
     int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
     enum Mode { PACKED, DIRECT, LANES, STREAM, WINO } mode_ = PACKED;
     WinoShape wino_{};
+    std::vector<float> wino_w_;  // the dense weight (m x c x 3 x 3), for wino_window
     int64_t v_floats_ = 0;       // floats of one image and group's V (the Winograd kernel)
     int64_t scratch_floats_ = 0;  // floats of one Winograd unit's scratch
 

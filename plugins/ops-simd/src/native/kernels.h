@@ -127,6 +127,16 @@ struct WinoShape {
     int64_t vmat;        // floats from one of V's matrices to the next (>= c * tpad)
 };
 
+// What wino_tiles reads to compute an output by its window instead (where A^T M A is not
+// finite: a NaN or infinity in a 4 x 4 patch reaches all four outputs of its tile, also those
+// whose 3 x 3 window does not hold it): the group's x (plane stride x_cs, row stride x_rs, unit
+// column stride) and its weight, m x c x 3 x 3, C-contiguous.
+struct WinoWindows {
+    const float* x;
+    std::ptrdiff_t x_cs, x_rs;
+    const float* w;
+};
+
 struct IsaKernels {
     const char* name;
     int nr;  // columns per packed panel of B
@@ -225,10 +235,12 @@ struct IsaKernels {
                        float* v);
     // Output channels of slivers [s0, s1) and tiles [t0, t1) (t0 a multiple of nr): the 16
     // products U V into scratch (wino_scratch_floats), then y = act(A^T M A + bias + z) (y,
-    // z: channel stride ldy, rows of s.ow), act ACT_NONE or ACT_RELU.
+    // z: channel stride ldy, rows of s.ow), act ACT_NONE or ACT_RELU; a non-finite A^T M A is
+    // computed again from its window (win).
     void (*wino_tiles)(const WinoShape& s, const float* v, const float* u, int64_t s0,
                        int64_t s1, int64_t t0, int64_t t1, float* y, const float* z,
-                       std::ptrdiff_t ldy, const float* bias, int act, float* scratch);
+                       std::ptrdiff_t ldy, const float* bias, int act, const WinoWindows& win,
+                       float* scratch);
 };
 
 // Floats of wino_tiles' scratch for `rows` output channels (slivers * mr) and `tiles` tiles
