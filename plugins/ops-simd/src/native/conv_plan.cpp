@@ -151,30 +151,23 @@ constexpr double WINO_MIN_MACS = 16777216.0;
 constexpr double WINO_MAX_V_BYTES = 32.0 * 1024 * 1024;
 constexpr int64_t WINO_MIN_TILES = 40;
 
-// One thread's scratch for wino_tiles, kept between calls and grown as needed.
-float* wino_scratch(int64_t floats) {
-    thread_local std::unique_ptr<float, FreeDeleter> buf;
-    thread_local int64_t have = 0;
-    if (floats > have) {
-        buf.reset(static_cast<float*>(
-            std::aligned_alloc(64, static_cast<size_t>((floats + 15) / 16 * 16) * sizeof(float))));
-        if (!buf) {
-            have = 0;
-            throw std::bad_alloc();
-        }
-        have = floats;
+// One thread's buffers, allocated on first use, grown as needed and kept: a fresh 256 KiB
+// allocation per call would be an mmap and page faults every time.
+enum ThreadBuffer { CONV_BLOCK, WINO_PRODUCTS, WINO_PADDED_ROWS, THREAD_BUFFERS };
+float* thread_floats(ThreadBuffer which, int64_t floats) {
+    thread_local std::unique_ptr<float, FreeDeleter> bufs[THREAD_BUFFERS];
+    thread_local int64_t have[THREAD_BUFFERS] = {};
+    if (floats > have[which]) {
+        const size_t bytes = static_cast<size_t>((floats + 15) / 16 * 16) * sizeof(float);
+        bufs[which].reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+        have[which] = bufs[which] ? floats : 0;
+        if (!bufs[which]) throw std::bad_alloc();
     }
-    return buf.get();
+    return bufs[which].get();
 }
 
-// One thread's block of columns (CONV_KC x CONV_NCB floats), allocated on first use and kept:
-// a fresh 256 KiB allocation per call would be an mmap and page faults every time.
-float* conv_block() {
-    thread_local std::unique_ptr<float, FreeDeleter> block(
-        static_cast<float*>(std::aligned_alloc(64, CONV_KC * CONV_NCB * sizeof(float))));
-    if (!block) throw std::bad_alloc();
-    return block.get();
-}
+// One thread's block of columns (CONV_KC x CONV_NCB floats).
+float* conv_block() { return thread_floats(CONV_BLOCK, CONV_KC * CONV_NCB); }
 
 // A convolution planned once: geometry checked, the weight packed per group, and the work cut
 // into units (image, group, chunk of output channels, block of positions) by shapes alone.
@@ -347,8 +340,6 @@ public:
         ws.tpad = (ws.tiles + nr - 1) / nr * nr;
         ws.m = mg_;
         ws.slivers = (mg_ + mr - 1) / mr;
-        cmr_ = mr;
-        tiles_ = ws.slivers;
         per_group_ = mul(mul(16, ws.slivers * mr, what), s.c, what);
         bounded(mul(per_group_, group_, what), MAX_FLOATS, what);
         // V's 16 matrices 320 bytes apart modulo 4 KiB, not at one offset (a 64 -> 64 layer on
@@ -359,8 +350,6 @@ public:
         bounded(mul(mul(n_, group_, what), v_floats_, what), MAX_FLOATS, what);
         pack_weight(w);
         const int64_t per_chunk = std::max<int64_t>(1, WINO_ROWS / mr);
-        ptile_step_ = WINO_TILES;
-        ptiles_ = ws.tiles;
         pblocks_ = (ws.tiles + WINO_TILES - 1) / WINO_TILES;
         mchunks_ = (ws.slivers + per_chunk - 1) / per_chunk;
         const int64_t others = n_ * group_ * pblocks_;  // (bounded by the positions above)
@@ -420,9 +409,9 @@ public:
 
     void stage_at(const RunArgs& a, int threads) const {
         if (mode_ == WINO) {
-            // V of blocks of STAGE_CHANNELS channels of one image and group, and of tile rows
-            // where that makes fewer than WINO_STAGE_ITEMS items (a 16-channel layer was one)
-            // (and of tile rows whose padded planes stay within WINO_STAGE_FLOATS a thread)
+            // V of blocks of STAGE_CHANNELS channels of one image and group, cut into parts of
+            // tile rows where that makes fewer than WINO_STAGE_ITEMS items (a 16-channel layer
+            // was one) or the padded planes would outgrow WINO_STAGE_FLOATS
             const int64_t per = (shape_.c + STAGE_CHANNELS - 1) / STAGE_CHANNELS;
             const int64_t items = n_ * group_ * per, th = wino_.th;
             const int64_t most_rows = wino_stage_rows();
@@ -432,11 +421,9 @@ public:
             NativePool::get().run(items * parts, threads, [&](int64_t i) {
                 const int64_t part = i % parts, item = i / parts;
                 const int64_t ig = item / per, c0 = item % per * STAGE_CHANNELS;
-                const int64_t img = ig / group_, g = ig % group_;
-                isa_->wino_input(wino_, a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2,
-                                 c0, std::min(c0 + STAGE_CHANNELS, shape_.c),
-                                 part * th / parts * wino_.tw, (part + 1) * th / parts * wino_.tw,
-                                 a.work + ig * v_floats_);
+                wino_transform(a, ig / group_, ig % group_, c0,
+                               std::min(c0 + STAGE_CHANNELS, shape_.c),
+                               part * th / parts * wino_.tw, (part + 1) * th / parts * wino_.tw);
             });
             return;
         }
@@ -539,36 +526,45 @@ public:
         run_at(args, u0, u1, clamp_threads(threads));
     }
 
-    // The group's x and dense weight, for the outputs the Winograd kernel takes by their windows.
-    WinoWindows windows(const RunArgs& a, int64_t img, int64_t g) const {
-        return WinoWindows{a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2,
-                           wino_w_.data() + g * mg_ * k_};
-    }
-
     // Tile rows whose padded planes (STAGE_CHANNELS of them) stay within WINO_STAGE_FLOATS.
     int64_t wino_stage_rows() const {
-        const int64_t row_floats = STAGE_CHANNELS * 2 * (2 * wino_.tw + 2 + 36);
-        return std::max<int64_t>(1, WINO_STAGE_FLOATS / row_floats);
+        return std::max<int64_t>(1, WINO_STAGE_FLOATS / (STAGE_CHANNELS * 2 * wino_pitch(wino_)));
+    }
+
+    // V of channels [c0, c1) and tiles [t0, t1) of image img, group g (the thread's rows).
+    void wino_transform(const RunArgs& a, int64_t img, int64_t g, int64_t c0, int64_t c1,
+                        int64_t t0, int64_t t1) const {
+        float* rows = thread_floats(WINO_PADDED_ROWS, wino_input_floats(wino_, c1 - c0, t0, t1));
+        isa_->wino_input(wino_, a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2, c0, c1,
+                         t0, t1, a.work + (img * group_ + g) * v_floats_, rows);
+    }
+
+    // Channel chunk mc and tiles [t0, t1) of image img, group g: the 16 products and A^T M A;
+    // x and the dense weight for the outputs taken by their windows.
+    void wino_unit(const RunArgs& a, int64_t img, int64_t g, int64_t mc, int64_t t0,
+                   int64_t t1) const {
+        const WinoShape& ws = wino_;
+        const std::ptrdiff_t yo = img * a.ys0 + g * mg_ * a.ys1;
+        const WinoWindows win{a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2,
+                              wino_w_.data() + g * mg_ * k_};
+        isa_->wino_tiles(ws, a.work + (img * group_ + g) * v_floats_,
+                         packed_.get() + g * per_group_, mc * ws.slivers / mchunks_,
+                         (mc + 1) * ws.slivers / mchunks_, t0, t1, a.y + yo,
+                         a.z ? a.z + yo : nullptr, a.ys1, a.bias ? a.bias + g * mg_ : nullptr,
+                         a.act, win, thread_floats(WINO_PRODUCTS, scratch_floats_));
     }
 
     // Units [u0, u1) of the Winograd plan: each one's 16 products and A^T M A.
     void run_winograd(const RunArgs& a, int64_t u0, int64_t u1, int threads) const {
-        const WinoShape& ws = wino_;
         NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
             int64_t rest = u0 + i;
             const int64_t pb = rest % pblocks_;
             rest /= pblocks_;
             const int64_t mc = rest % mchunks_;
             rest /= mchunks_;
-            const int64_t g = rest % group_, img = rest / group_;
-            const int64_t s0 = mc * ws.slivers / mchunks_, s1 = (mc + 1) * ws.slivers / mchunks_;
-            const int64_t t0 = pb * WINO_TILES, t1 = std::min(t0 + WINO_TILES, ws.tiles);
-            float* yg = a.y + img * a.ys0 + g * mg_ * a.ys1;
-            const float* zg = a.z ? a.z + img * a.ys0 + g * mg_ * a.ys1 : nullptr;
-            const float* bg = a.bias ? a.bias + g * mg_ : nullptr;
-            isa_->wino_tiles(ws, a.work + (img * group_ + g) * v_floats_,
-                             packed_.get() + g * per_group_, s0, s1, t0, t1, yg, zg, a.ys1, bg,
-                             a.act, windows(a, img, g), wino_scratch(scratch_floats_));
+            const int64_t t0 = pb * WINO_TILES;
+            wino_unit(a, rest / group_, rest % group_, mc, t0,
+                      std::min(t0 + WINO_TILES, wino_.tiles));
         });
     }
 
@@ -591,24 +587,14 @@ public:
             const int64_t img = ig / group_, g = ig % group_;
             const int64_t ta = k * panels / threads * nr;
             const int64_t tb = std::min((k + 1) * panels / threads * nr, ws.tiles);
-            float* v = a.work + ig * v_floats_;
-            const float* xg = a.x + img * a.xs0 + g * shape_.c * a.xs1;
             const int64_t most = wino_stage_rows() * ws.tw;  // tiles per transform call
             for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS)
                 for (int64_t t = ta; t < tb; t += most)
-                    isa_->wino_input(ws, xg, a.xs1, a.xs2, c0,
-                                     std::min(c0 + STAGE_CHANNELS, shape_.c), t,
-                                     std::min(t + most, tb), v);
-            float* yg = a.y + img * a.ys0 + g * mg_ * a.ys1;
-            const float* zg = a.z ? a.z + img * a.ys0 + g * mg_ * a.ys1 : nullptr;
-            const float* bg = a.bias ? a.bias + g * mg_ : nullptr;
-            float* scratch = wino_scratch(scratch_floats_);
+                    wino_transform(a, img, g, c0, std::min(c0 + STAGE_CHANNELS, shape_.c), t,
+                                   std::min(t + most, tb));
             for (int64_t t0 = ta; t0 < tb; t0 += WINO_TILES)
                 for (int64_t mc = 0; mc < mchunks_; ++mc)
-                    isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
-                                     mc * ws.slivers / mchunks_, (mc + 1) * ws.slivers / mchunks_,
-                                     t0, std::min(t0 + WINO_TILES, tb), yg, zg, a.ys1, bg, a.act,
-                                     windows(a, img, g), scratch);
+                    wino_unit(a, img, g, mc, t0, std::min(t0 + WINO_TILES, tb));
         });
     }
 

@@ -229,10 +229,10 @@ struct IsaKernels {
     // V = B^T d B of input channels [c0, c1) and tiles [t0, t1) of one image and group (x:
     // plane stride x_cs, row stride x_rs, unit column stride): element (xi, ic, t) at
     // v[xi * vmat + (t / nr) * c * nr + ic * nr + t % nr]; the tiles past s.tiles are zeroed
-    // by the call that ends at s.tiles.
+    // by the call that ends at s.tiles.  rows holds wino_input_floats(s, c1 - c0, t0, t1).
     void (*wino_input)(const WinoShape& s, const float* x, std::ptrdiff_t x_cs,
                        std::ptrdiff_t x_rs, int64_t c0, int64_t c1, int64_t t0, int64_t t1,
-                       float* v);
+                       float* v, float* rows);
     // Output channels of slivers [s0, s1) and tiles [t0, t1) (t0 a multiple of nr): the 16
     // products U V into scratch (wino_scratch_floats), then y = act(A^T M A + bias + z) (y,
     // z: channel stride ldy, rows of s.ow), act ACT_NONE or ACT_RELU; a non-finite A^T M A is
@@ -247,6 +247,17 @@ struct IsaKernels {
 // (rounded up to whole panels of nr): 16 products, then four rows of tw outputs.
 inline int64_t wino_scratch_floats(int64_t rows, int64_t tiles, int64_t nr, int64_t tw) {
     return 16 * rows * ((tiles + nr - 1) / nr * nr) + 4 * tw;
+}
+
+// Floats from one of wino_input's padded rows to the next: 2 tw + 2 columns, then slack for
+// the last vectors' lanes past them (read, never used: up to 2 W + 4 floats, W <= 16).
+inline int64_t wino_pitch(const WinoShape& s) { return 2 * s.tw + 2 + 36; }
+
+// Floats of wino_input's rows buffer for `channels` channels and tiles [t0, t1): each
+// channel's padded rows under the tile rows [t0, t1) touches, then 16 rows of tw (d B).
+inline int64_t wino_input_floats(const WinoShape& s, int64_t channels, int64_t t0, int64_t t1) {
+    const int64_t tile_rows = (t1 - 1) / s.tw - t0 / s.tw + 1;
+    return channels * (2 * tile_rows + 2) * wino_pitch(s) + 16 * s.tw;
 }
 
 // Selected boxes per step of nms_suppressed (its arrays are padded to a multiple of it).
