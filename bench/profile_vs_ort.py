@@ -64,7 +64,10 @@ def _minimums(nodes: Iterable[tuple[str, float, Key]], runs: int) -> dict[Key, l
 def graphrt_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespace) -> dict:
     """(family, shapes) -> [nodes, sum of their minimum times in seconds]."""
     sess = graphrt.Session(
-        model.SerializeToString(), intra_op_threads=args.threads, kernel_path=args.kernel_path
+        model.SerializeToString(),
+        intra_op_threads=args.threads,
+        kernel_path=args.kernel_path,
+        mode=args.mode,
     )
     for _ in range(3):
         sess.run(None, feed)
@@ -117,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--kernel-path", default=None, help="graphrt's path (default: auto)")
+    parser.add_argument("--mode", default="fast", choices=("fast", "exact"), help="graphrt's mode")
     parser.add_argument("--top", type=int, default=25, help="rows of the per-layer table")
     args = parser.parse_args(argv)
     path = (

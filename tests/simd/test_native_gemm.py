@@ -9,7 +9,8 @@ from tests.simd._simd import ALL_PATHS, ISAS, bits, exact_reference, path_or_ski
 
 SIZES = [1, 7, 17, 64, 65]
 SHAPES = [(m, k, n) for m in SIZES for k in (0, 1, 17, 65) for n in SIZES if (m + k + n) % 3 != 1]
-SHAPES += [(1, 300, 1), (3, 257, 40), (33, 520, 70), (130, 64, 130)]
+SHAPES += [(1, 300, 1), (3, 257, 40), (33, 520, 70), (130, 64, 130), (13, 530, 600), (7, 1030, 290)]
+SHAPES += [(200, 300, 7), (70, 530, 49), (300, 40, 3)]  # narrow C: roles swapped
 
 
 def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -32,25 +33,31 @@ def test_exact_is_bit_identical_to_exact_matmul(isa, m, k, n):
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
-def test_exact_special_values_and_strides(isa):
-    """NaN (any payload), infinities, signed zeros, subnormals; A transposed, B a row slice."""
+@pytest.mark.parametrize(("m", "k", "n"), [(23, 40, 71), (100, 300, 9)])  # C wide / C narrow
+def test_exact_special_values_and_strides(isa, m, k, n):
+    """NaN (any payload), infinities, signed zeros, subnormals; A transposed, B a row slice;
+    a narrow C runs the kernel with the operands' roles swapped, depth past one block."""
     path_or_skip(isa)
     rng = np.random.default_rng(5)
-    at = _rand(rng, 40, 23)  # A = at.T: column stride != 1
-    b_big = _rand(rng, 40, 90)
+    at = _rand(rng, k, m)  # A = at.T: column stride != 1
+    b_big = _rand(rng, k, n + 19)
     at[3, 4] = np.nan
     at[5, 6] = np.inf
     at[7, :] = -0.0
+    at[:, 2] = -0.0  # a row of A all -0: -0 where every product is -0, not +0 (0 + -0)
     b_big[2, 10] = np.float32(1e-40)  # subnormal
     b_big[9, 11] = -np.inf
+    b_big[k - 1, 7] = np.nan  # a NaN in the last depth block
     at.view(np.uint32)[8, 9] = 0x7FA00001  # a signalling NaN payload
-    a, b = at.T, b_big[:, 5:76]
-    out = np.empty((23, 71), np.float32)
+    b_big[:, 5] = np.abs(b_big[:, 5])  # C[2, 0] sums only -0 products: -0, not 0 + -0 = +0
+    a, b = at.T, b_big[:, 5 : 5 + n]
+    out = np.empty((m, n), np.float32)
     simd.gemm_exact(a, b, out, isa)
     with np.errstate(invalid="ignore"):  # inf * 0 and NaN terms are the point of the test
         ref = exact_reference(np.ascontiguousarray(a), np.ascontiguousarray(b))
     np.testing.assert_array_equal(bits(out), bits(ref))
     assert set(bits(out)[np.isnan(out)].tolist()) == {0x7FC00000}
+    assert bits(out)[2, 0] == 0x80000000
 
 
 def test_exact_paths_agree_and_rows_split_freely():
