@@ -429,3 +429,33 @@ def test_exact_layer_and_instance_normalization_sum_rows_in_order():
     norm = _canonical_normalize_rows(x.reshape(6, 20), 1e-5).reshape(2, 3, 20)
     want = norm * cs[:, None] + cb[:, None]
     assert _bits(got[0]) == _bits(want.reshape(x.shape))
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((1, 1000), 1), ((3, 9000), 1), ((4, 700, 3), 1), ((9,), 0), ((5, 6), 1)]
+)
+def test_canonical_sum_adds_each_axis_in_index_order(shape, axis):
+    """Given a work array, long axes go through np.add.accumulate: the bits of the loop without
+    one (acc = t0; acc = acc + t1; ...) and of float32 scalar adds, a -0 first term and a NaN
+    included."""
+    from graphrt_ops_basic._util import canonical_sum
+
+    rng = np.random.default_rng(sum(shape))
+    t = (rng.standard_normal(shape) * np.exp(rng.standard_normal(shape) * 8)).astype(np.float32)
+    t[(slice(None),) * axis + (0,)] = -0.0
+    if t.size > shape[axis]:  # a NaN in the last sum only (the others stay finite)
+        t.flat[-1] = np.nan
+    acc = np.empty([1 if i == axis else d for i, d in enumerate(shape)], np.float32)
+    canonical_sum(t, axis, acc, np.empty_like(t))
+    looped = np.empty_like(acc)
+    canonical_sum(t, axis, looped)
+    np.testing.assert_array_equal(looped.view(np.uint32), acc.view(np.uint32))
+    moved = np.moveaxis(t, axis, -1).reshape(-1, shape[axis])
+    want = []
+    for row in moved:  # one float32 scalar add per term
+        total = row[0]
+        for term in row[1:]:
+            total = np.float32(total + term)
+        want.append(total)
+    got = np.moveaxis(acc, axis, -1).reshape(-1)
+    np.testing.assert_array_equal(got.view(np.uint32), np.array(want, np.float32).view(np.uint32))

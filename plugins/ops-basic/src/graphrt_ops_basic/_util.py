@@ -37,15 +37,29 @@ def rewrite_nan(out: np.ndarray, mask: np.ndarray) -> None:
     np.copyto(out, _NAN_ARRAYS[out.dtype], where=mask)
 
 
-def canonical_sum(t: np.ndarray, axis: int, acc: np.ndarray) -> None:
+#: canonical_sum adds an axis longer than this by ``np.add.accumulate`` when given a work array
+#: (every partial sum is an output, so numpy adds them in order: the bits of the loop, without
+#: a Python step per term; an exact [1, 1000] Softmax 1.4 ms -> 0.2).
+ACCUMULATE_FROM = 8
+
+
+def canonical_sum(
+    t: np.ndarray, axis: int, acc: np.ndarray, work: np.ndarray | None = None
+) -> None:
     """acc = sum of ``t`` along ``axis`` in ascending index order, ``acc`` keeping the axis at 1:
-    acc = t[0]; acc = acc + t[1]; ... (docs/exact-mode.md); an empty axis gives +0."""
+    acc = t[0]; acc = acc + t[1]; ... (docs/exact-mode.md); an empty axis gives +0.  ``work``:
+    an array of t's shape and acc's type the partial sums may go to (its values are lost)."""
     lead = (slice(None),) * axis
-    if t.shape[axis] == 0:
+    n = t.shape[axis]
+    if n == 0:
         acc.fill(0)
         return
+    if work is not None and n > ACCUMULATE_FROM:
+        np.add.accumulate(t, axis=axis, out=work)
+        np.copyto(acc, work[(*lead, slice(n - 1, n))])
+        return
     np.copyto(acc, t[(*lead, slice(0, 1))])
-    for k in range(1, t.shape[axis]):
+    for k in range(1, n):
         np.add(acc, t[(*lead, slice(k, k + 1))], out=acc)
 
 

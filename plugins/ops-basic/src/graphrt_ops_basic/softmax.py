@@ -48,6 +48,7 @@ class _ExactSoftmax:
     work: tuple[int, ...]  # an ExpWork's arrays, one element per element of the view
     values: int | None  # scratch: the view in float32 (float16/bfloat16 X)
     total: int  # scratch: the reduced shape in the compute type
+    partial: int  # scratch: the view in the compute type (the sums' partial sums)
     blocks: int  # of the element-wise exp
 
 
@@ -120,6 +121,7 @@ class Softmax(_AlongAxis):
                 tuple(ctx.add_scratch(d, s) for d, s in em.work_specs(ct, n)),
                 ctx.add_scratch(ct, p.shape) if ct != dtype else None,
                 ctx.add_scratch(ct, reduced),
+                ctx.add_scratch(ct, p.shape),
                 max(1, -(-n // BLOCK)),
             ),
         )
@@ -147,7 +149,7 @@ class Softmax(_AlongAxis):
             em.exp_into(flat[s], flat[s], work[s])
 
         ctx.parallel_for(q.blocks, block)
-        canonical_sum(y, p.axis, red)
+        canonical_sum(y, p.axis, red, ctx.scratch[q.partial])
         np.divide(y, red, out=y)
         if y is not out:
             np.copyto(out, y, casting="unsafe")
