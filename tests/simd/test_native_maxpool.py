@@ -161,3 +161,26 @@ def test_flat_planes_keep_the_row_kernels_bits(shape):
                 np.testing.assert_array_equal(y, want)
                 first = bits(y) if first is None else first
                 np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("name", ["112_s2_p1", "13x9_dilated", "5x40_s3_p2"])
+def test_exact_mode_runs_native_with_ops_basics_bits(path, name):
+    """Exact mode takes the native kernel on every path (scalar too): ties of -0 and +0 come out
+    +0 and NaN canonical, bit for bit ops-basic's exact MaxPool, on 1 and 2 threads."""
+    path_or_skip(path)
+    planes, h, w, attrs = SHAPES[name]
+    model = _model(planes, h, w, attrs)
+    rng = np.random.default_rng(planes + h)
+    x = np.where(rng.random((1, planes, h, w)) < 0.5, -0.0, 0.0).astype(F32)  # zeros of both signs
+    x[0, planes // 2] = rng.standard_normal((h, w))  # and one plane of numbers
+    x[0, 1, 2, 3] = np.nan
+    x.view(np.uint32)[0, 2, 1, 1] = 0xFFC00123  # a negative NaN with a payload
+    want = graphrt.Session(model, mode="exact", kernel_path="numpy").run(None, {"x": x})[0]
+    assert (bits(want) == 0x80000000).sum() == 0  # the reference itself: no -0 maximum
+    for threads in (1, 2):
+        sess = graphrt.Session(model, mode="exact", kernel_path=path, intra_op_threads=threads)
+        (step,) = sess.plan_for([x]).steps
+        assert step.prepared.exact  # the native plan (ops-basic's has no such field)
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(bits(got), bits(want))
