@@ -136,27 +136,101 @@ def _plans(sess: graphrt.Session, feed: dict) -> list:
 
 
 @contextlib.contextmanager
-def _tiny_units(on: bool):
-    """Units as small as the shapes allow (every split point tried at small sizes)."""
+def _tiny_units(on: bool, native: bool = False):
+    """Units as small as the shapes allow (every split point tried at small sizes); the
+    native convolution's exact plan for any output channels per group and depth, or never."""
     with pytest.MonkeyPatch.context() as mp:
         if on:
             mp.setattr(conv_exact, "UNIT_MACS", 1)
             mp.setattr(conv_exact, "COPY_BYTES", 1)
             mp.setattr(conv_exact, "COLS_BYTES", 1)  # a block per output row
+        mp.setattr(conv_exact, "NATIVE_MIN_GROUP_CHANNELS", 1 if native else 2**62)
+        mp.setattr(conv_exact, "NATIVE_MIN_DEPTH", 1)
         yield
+
+
+EXACT_PLANS = (conv_exact.ExactPlan, conv_exact.NativeExactPlan)
 
 
 @on_every_isa(convs(), examples=40)
 def test_same_bits_as_numpy_path(isa, g):
+    """Both native exact paths: the convolution kernels (a constant weight) and im2col with
+    the exact GEMM."""
     model, feed = _model(g)
     want = _session(model, "numpy").run(None, feed)[0]
-    with _tiny_units(g["tiny_units"]):
-        for threads in THREADS:
-            sess = _session(model, isa, threads)
-            (prepared,) = _plans(sess, feed)
-            assert isinstance(prepared, conv_exact.ExactPlan)  # the native exact path ran
-            got = sess.run(None, feed)[0]
-            np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{threads} threads")
+    for native in (True, False):
+        with _tiny_units(g["tiny_units"], native):
+            for threads in THREADS:
+                sess = _session(model, isa, threads)
+                (prepared,) = _plans(sess, feed)
+                kind = native and g["weight"] == "const" and g["c"] > 0
+                want_plan = conv_exact.NativeExactPlan if kind else conv_exact.ExactPlan
+                assert isinstance(prepared, want_plan)  # the native exact path ran
+                got = sess.run(None, feed)[0]
+                np.testing.assert_array_equal(
+                    bits(got), bits(want), err_msg=f"{threads} threads, native {native}"
+                )
+
+
+# (channels, output channels, size, kernel, stride, pad, dilation): every kernel's geometry
+NATIVE_LAYERS = [
+    (16, 32, 14, 3, 1, 1, 1),
+    (8, 24, 11, 1, 1, 0, 1),
+    (3, 16, 20, 7, 2, 3, 1),
+    (32, 16, 9, 3, 2, 1, 1),
+    (5, 20, 13, 3, 1, 2, 2),
+    (64, 64, 7, 3, 1, 1, 1),
+    (16, 48, 28, 1, 2, 0, 1),
+    (300, 16, 6, 3, 1, 1, 1),  # deep: the lanes kernel's quads run the depth in blocks
+]
+
+
+@pytest.mark.parametrize("kernel", ["packed", "direct", "lanes", "stream"])
+@pytest.mark.parametrize("isa", ALL_PATHS)
+def test_every_native_kernel_gives_exact_bits(isa, kernel):
+    """Each of the native convolution's kernels forced on an exact plan (where it takes the
+    geometry), with and without B, on 1 and 3 threads: ops-basic's bits (a -0 start, signed
+    zeros, NaN and infinities among the values); Winograd refuses an exact plan."""
+    path_or_skip(isa)
+    native = pytest.importorskip("graphrt_ops_simd._native")
+    rng = np.random.default_rng(7)
+    ran = 0
+    for c, m, size, k, s, p, d in NATIVE_LAYERS:
+        x = _values(rng, (2, c, size, size), True)
+        w = _values(rng, (m, c, k, k), True)
+        w[0] = -0.0  # a row of -0 weights: its sums are -0 where every term is
+        b = _values(rng, (m,), True)
+        for bias in (None, b):
+            names = ["x", "w"] + (["b"] if bias is not None else [])
+            node = helper.make_node(
+                "Conv", names, ["y"], strides=[s, s], pads=[p] * 4, dilations=[d, d]
+            )
+            inits = [init("w", w)] + ([init("b", bias)] if bias is not None else [])
+            model = make_model([node], [tensor("x", shape=list(x.shape))], [tensor("y")], inits)
+            want = _session(model, "numpy").run(None, {"x": x})[0]
+            out = list(want.shape[2:])
+            try:
+                plan = native.conv_plan(w, 1, list(x.shape), [s, s], [d, d], [p, p], out, isa,
+                                        kernel, True)  # fmt: skip
+            except ValueError:
+                continue  # the geometry this kernel cannot run
+            for threads in (1, 3):
+                work = np.zeros(max(plan.work_floats, 1), F32)
+                y = np.full(want.shape, np.nan, F32)
+                native.ConvCall(plan, x, work, y, bias, "none", threads, None)()
+                native.canonicalize_nan(y)
+                np.testing.assert_array_equal(bits(y), bits(want), err_msg=f"{c, m, size, k}")
+                ran += 1
+    no_lanes = kernel == "lanes" and isa == "scalar"  # (no channels-in-lanes kernel there)
+    assert ran == 0 if no_lanes else ran >= 4  # (stream: the plain 1x1 layer only)
+    with pytest.raises(ValueError, match="winograd kernel computes other sums"):
+        native.conv_plan(np.ones((16, 16, 3, 3), F32), 1, [1, 16, 8, 8], [1, 1], [1, 1],
+                         [1, 1], [8, 8], isa, "winograd", True)  # fmt: skip
+    plan = native.conv_plan(np.ones((16, 16, 1, 1), F32), 1, [1, 16, 4, 4], [1, 1], [1, 1],
+                            [0, 0], [4, 4], isa, "auto", True)  # fmt: skip
+    x, y = np.ones((1, 16, 4, 4), F32), np.empty((1, 16, 4, 4), F32)
+    with pytest.raises(ValueError, match="exact plan takes no activation"):
+        native.ConvCall(plan, x, np.zeros(max(plan.work_floats, 1), F32), y, None, "relu")
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
@@ -298,7 +372,7 @@ def test_light_resnet50_same_bits_on_every_path_and_thread_count():
             native = graphrt.Session(
                 model, mode="exact", kernel_path=path, intra_op_threads=threads
             )
-            convs = [p for p in _plans(native, feed) if isinstance(p, conv_exact.ExactPlan)]
+            convs = [p for p in _plans(native, feed) if isinstance(p, EXACT_PLANS)]
             assert len(convs) == 53  # every Conv ran natively
             got = native.run(None, feed)
             for a, b in zip(got, want):

@@ -1,6 +1,7 @@
 """Conv and FusedConv on the native convolution, falling back to the table's numpy kernel.
 
-(Exact mode: the native exact GEMM on an im2col copy, :mod:`.conv_exact`.)
+(Exact mode: the same native kernels with exact mode's sums, else the native exact GEMM on an
+im2col copy, :mod:`.conv_exact`.)
 
 ``infer`` lets the numpy kernel validate and plan the node on a probe context (its errors, its
 output type, its geometry), then takes the native convolution for a fast-mode float32 2-D
@@ -97,7 +98,7 @@ def depthwise_work_floats(w: Any, kernel: Sequence[int]) -> int:
 
 class Conv(NativeKernel):
     # fast mode's native plans (GEMM-blocked, depthwise), or exact mode's
-    plan_type = (_Plan, _DepthwisePlan, conv_exact.ExactPlan)
+    plan_type = (_Plan, _DepthwisePlan, conv_exact.ExactPlan, conv_exact.NativeExactPlan)
     #: W may be a float16/bfloat16 weight typed float32 (docs/fp16.md): the native plans pack
     #: (or copy) it as float32 from a temporary widened copy, the numpy kernel widens per run.
     half_weight_inputs = (1,)
@@ -211,6 +212,8 @@ class Conv(NativeKernel):
     ) -> Callable[[], None]:
         if isinstance(ctx.prepared, conv_exact.ExactPlan):
             return conv_exact.bind(self, ctx, inputs, outputs)
+        if isinstance(ctx.prepared, conv_exact.NativeExactPlan):
+            return conv_exact.bind_native_plan(self, ctx, inputs, outputs)
         if isinstance(ctx.prepared, _DepthwisePlan):
             return self.bind_depthwise(ctx, inputs, outputs)
         p: _Plan = ctx.prepared

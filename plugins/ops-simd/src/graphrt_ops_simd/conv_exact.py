@@ -1,4 +1,11 @@
-"""Exact-mode Conv and FusedConv (float32, 2-D) on the native exact GEMM.
+"""Exact-mode Conv and FusedConv (float32, 2-D) on the native convolution or the exact GEMM.
+
+With a constant weight, ``NATIVE_MIN_GROUP_CHANNELS`` output channels per group and windows of
+``NATIVE_MIN_DEPTH`` terms, the native convolution's own kernels run with exact mode's sums
+(``conv_plan(..., exact=True)``: a multiply then an add per term from -0, so the first term
+counts as assigned; the canonical depth order; ``+ B`` after; Z and the activation as
+ops-basic's calls, then the NaN rewrite): no im2col copy, and fast mode's blocking.  Otherwise
+the im2col path below.
 
 docs/exact-mode.md fixes every output's sum: the terms ``t(c, tap) = W[m, c, tap] *
 Xpad[n, g*Cg + c, o*stride + tap*dilation]``, ``c`` outer and the taps row-major inner, added as
@@ -88,6 +95,28 @@ class ExactPlan:
     epilogue: Any = None  # basic_fused.Epilogue without its NaN rewrite
 
 
+@dataclasses.dataclass(frozen=True)
+class NativeExactPlan:
+    """The native convolution's exact plan (a constant weight, enough output channels per
+    group to fill its tiles): the same loops as fast mode's kernels (Winograd aside), each term
+    a multiply then an add in the canonical order, the first assigned, then ``+ B``."""
+
+    native: Any  # _native.ConvPlan(exact=True)
+    work: int | None  # scratch: the staged image (unit-stride kernels)
+    bias: np.ndarray | None  # a constant B, contiguous float32
+    fused: bool
+    epilogue: Any = None  # FusedConv's: basic_fused.Epilogue without its NaN rewrite
+
+
+#: Fewest output channels per group for the native exact plan (as fast mode's native plan),
+#: and the shallowest window (channels per group x taps): shallower ones ran faster as im2col
+#: and the exact GEMM (light_shufflenet's grouped 1x1 layers of depth 6-68: 77 -> 291 us
+#: natively; light_resnet50's 1x1 64->64 on 56 x 56: 365 -> 450 us; depth 136-256 even,
+#: 3x3 layers 1.3-1.5x faster natively).
+NATIVE_MIN_GROUP_CHANNELS = 8
+NATIVE_MIN_DEPTH = 128
+
+
 def infer(kernel: Any, ctx: InferContext, trial: InferContext) -> None:
     """Plan ``kernel`` (ops-simd's Conv or FusedConv) natively in exact mode, where it can;
     else the table's kernel plans it.  ``trial``: the table's kernel planned on a copy of ctx
@@ -104,6 +133,11 @@ def infer(kernel: Any, ctx: InferContext, trial: InferContext) -> None:
     ):
         return kernel.fallback(ctx)
     ctx.set_output(0, dtype, out_shape)
+    epilogue = _epilogue(kernel, ctx, out_shape) if fused else None
+    native = _native_plan(kernel, ctx, plan, out_shape, epilogue)
+    if native is not None:
+        ctx.prepared = native
+        return
     isa = kernel.isa
     w, g = plan.w, plan.group
     x = ctx.shape(0)
@@ -145,20 +179,66 @@ def infer(kernel: Any, ctx: InferContext, trial: InferContext) -> None:
     spans = [width if len(blocks) == 1 else (r1 - r0) * ow for r0, r1 in blocks]
     copies = tuple(() if direct else _copy_units(g, c // g, c * taps * n * 4) for n in spans)
     units = tuple(_product_units(g, m // g, depth + aug, n, CHUNK.get(isa, 1)) for n in spans)
-    epilogue = None
-    if fused:
-        act = kernel.base.act
-        residual = basic_fused.Residual(kernel.base.z_first, None) if ctx.has_input(3) else None
-        sigmoid = None
-        if act.kind == "Sigmoid":
-            sigmoid = plan_exact(ctx, F32, math.prod(out_shape), extra=1)
-        epilogue = basic_fused.Epilogue(
-            act, False, None, None, None, None, None, residual, sigmoid
-        )  # fmt: skip
     ctx.prepared = ExactPlan(
         w, st, g, weight, bias, aug, buf, cols, acc, width, blocks, copies, units, fused,
         epilogue,
     )  # fmt: skip
+
+
+def _epilogue(kernel: Any, ctx: InferContext, out_shape: Sequence[int]) -> Any:
+    """FusedConv's exact epilogue (Z, the activation; ops-basic's calls), NaN rewrite aside."""
+    act = kernel.base.act
+    residual = basic_fused.Residual(kernel.base.z_first, None) if ctx.has_input(3) else None
+    sigmoid = None
+    if act.kind == "Sigmoid":
+        sigmoid = plan_exact(ctx, F32, math.prod(out_shape), extra=1)
+    return basic_fused.Epilogue(act, False, None, None, None, None, None, residual, sigmoid)
+
+
+def _native_plan(
+    kernel: Any, ctx: InferContext, plan: Any, out_shape: Sequence[int], epilogue: Any
+) -> NativeExactPlan | None:
+    """The native convolution's exact plan, where it serves the node (else None: the
+    im2col path below, which also refuses what no plan can hold)."""
+    weight, w, g = ctx.known_value(1), plan.w, plan.group
+    depth = ctx.shape(0)[1] // g * math.prod(w.kernel)
+    if weight is None or out_shape[1] // g < NATIVE_MIN_GROUP_CHANNELS or depth < NATIVE_MIN_DEPTH:
+        return None
+    if max(*w.strides, *w.dilations, *w.begin, *w.out) >= 2**63:
+        return None
+    try:  # the plan checks every size it derives
+        native = _native.conv_plan(
+            np.ascontiguousarray(weight, dtype=F32), g, list(ctx.shape(0)), list(w.strides),
+            list(w.dilations), list(w.begin), list(w.out), kernel.isa, "auto", True,
+        )  # fmt: skip
+    except ValueError:
+        return None
+    work = ctx.add_scratch(F32, (native.work_floats,)) if native.work_floats else None
+    bias = ctx.known_value(2) if ctx.has_input(2) else None
+    if bias is not None:
+        bias = np.ascontiguousarray(bias.reshape(-1), dtype=F32)
+    return NativeExactPlan(native, work, bias, epilogue is not None, epilogue)
+
+
+def bind_native_plan(
+    kernel: Any, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
+) -> Callable[[], None]:
+    """One bound native call on the plugin's threads, FusedConv's epilogue, the NaN rewrite."""
+    p: NativeExactPlan = ctx.prepared
+    x, y = inputs[0], outputs[0]
+    if not (x.flags.c_contiguous and y.flags.c_contiguous):  # views: copied on every call
+        return functools.partial(_with_contiguous, kernel, ctx, inputs, outputs)
+    bias = p.bias
+    if bias is None and len(inputs) > 2 and inputs[2] is not None:
+        bias = np.ascontiguousarray(inputs[2], dtype=F32)
+    work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
+    threads = getattr(ctx.pool, "threads", 1)
+    calls = [_native.ConvCall(p.native, x, work, y, bias, "none", threads, None)]
+    if p.fused:
+        z = inputs[3] if len(inputs) > 3 else None
+        calls += basic_fused.epilogue_calls(ctx, p.epilogue, y, z=z)
+    calls.append(functools.partial(_native.canonicalize_nan, y))
+    return functools.partial(call_all, calls)
 
 
 def _grown(residual: basic_fused.Residual | None) -> bool:
@@ -348,6 +428,7 @@ def _with_contiguous(
     copied = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
     y = outputs[0]
     out = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-    bind(kernel, ctx, copied, [out, *outputs[1:]])()
+    binder = bind_native_plan if isinstance(ctx.prepared, NativeExactPlan) else bind
+    binder(kernel, ctx, copied, [out, *outputs[1:]])()
     if out is not y:
         np.copyto(y, out)

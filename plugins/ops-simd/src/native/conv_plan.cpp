@@ -178,8 +178,8 @@ public:
     ConvPlan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
              const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
              const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-             const std::string& isa, const std::string& kernel)
-        : isa_(&kernels_for(isa)), group_(group) {
+             const std::string& isa, const std::string& kernel, bool exact)
+        : isa_(&kernels_for(isa)), group_(group), exact_(exact) {
         check_matrix(w, "w", 4);
         auto check = [](const std::vector<int64_t>& v, size_t size, const char* what,
                         int64_t least) {
@@ -485,6 +485,10 @@ public:
         a.act = act;
         if (act != ACT_NONE && act != ACT_RELU)
             throw nb::value_error("the conv activation must be 'none' or 'relu'");
+        if (exact_ && (act != ACT_NONE || z))
+            throw nb::value_error(
+                "an exact plan takes no activation or residual (exact mode applies them after "
+                "the convolution)");
         if (bias) {
             check_matrix(*bias, "bias", 1);
             if (static_cast<int64_t>(bias->shape(0)) != m_)
@@ -688,17 +692,18 @@ public:
             const float* zg = pz ? pz + img * ys0 + g * mg_ * ys1 : nullptr;
             if (mode_ == DIRECT) {
                 const DirectShape& d = direct_shape_;
-                isa_->conv_direct(d, pw + (img * group_ + g) * d.staged, offs_.data(), wg, m0,
-                                  m1, p0 * cnr, std::min(p1 * cnr, s.oh * d.pitch), yg, zg,
-                                  ys1, bg, act);
+                isa_->conv_direct[exact_](d, pw + (img * group_ + g) * d.staged, offs_.data(),
+                                          wg, m0, m1, p0 * cnr,
+                                          std::min(p1 * cnr, s.oh * d.pitch), yg, zg, ys1, bg,
+                                          act);
                 return;
             }
             if (mode_ == LANES) {
                 const DirectShape& d = direct_shape_;
                 const float* staged = in_place ? px + img * xs0 + g * s.c * xs1
                                                : pw + (img * group_ + g) * d.staged;
-                isa_->conv_lanes(s, d, staged, offs_.data(), wg, m0,
-                                 m1, p0, p1, yg, zg, ys1, bg, act, lanes_kb_);
+                isa_->conv_lanes[exact_](s, d, staged, offs_.data(), wg, m0, m1, p0, p1, yg, zg,
+                                         ys1, bg, act, lanes_kb_);
                 return;
             }
             const float* xg = px + img * xs0 + g * s.c * xs1;
@@ -707,16 +712,15 @@ public:
             if (stream) {  // whole tiles straight from x, the last partial one packed
                 const int64_t whole = std::min(p1 * cnr, positions / cnr * cnr);
                 if (j_from < whole)
-                    isa_->conv_direct(direct_shape_, xg, offs_.data(), wg, m0, m1, j_from,
-                                      whole, yg, zg, ys1, bg, act);
+                    isa_->conv_direct[exact_](direct_shape_, xg, offs_.data(), wg, m0, m1,
+                                              j_from, whole, yg, zg, ys1, bg, act);
                 j_from = std::max(j_from, whole);
                 if (j_from < std::min(p1 * cnr, positions)) block = conv_block();
             }
             for (int64_t j0 = j_from; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
                 const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
-                isa_->conv_fast(run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, zg, ys1, bg,
-                                act,
-                                block);
+                isa_->conv_fast[exact_](run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, zg,
+                                        ys1, bg, act, block);
             }
         });
     }
@@ -786,6 +790,7 @@ private:
     ConvShape shape_{};  // the kernels' geometry (flat_: one row of h * w positions)
     int64_t x_h_ = 0, x_w_ = 0, y_h_ = 0, y_w_ = 0;  // the caller's planes
     bool flat_ = false;
+    bool exact_ = false;  // exact mode's sums (a multiply and an add per term; no Winograd)
     DirectShape direct_shape_{};
     std::vector<int64_t> offs_;
     int64_t group_, n_ = 0, m_ = 0, mg_ = 0, k_ = 0, tiles_ = 0, per_group_ = 0;
@@ -808,6 +813,9 @@ private:
         if (kernel == "packed") return PACKED;
         const bool wino_ok = s.kh == 3 && s.kw == 3 && unit && s.dh == 1 && s.dw == 1;
         if (kernel == "winograd") {
+            if (exact_)
+                throw nb::value_error(
+                    "the winograd kernel computes other sums than exact mode's");
             if (!wino_ok)
                 throw nb::value_error(
                     "the winograd kernel needs a 3x3 kernel, unit strides and dilations");
@@ -837,7 +845,8 @@ private:
                                    "'; expected auto, direct, lanes, packed, stream or "
                                    "winograd")
                                       .c_str());
-        if (wino_ok && lanes_ok && s.c >= WINO_MIN_CHANNELS && mg_ >= WINO_MIN_CHANNELS) {
+        if (!exact_ && wino_ok && lanes_ok && s.c >= WINO_MIN_CHANNELS &&
+            mg_ >= WINO_MIN_CHANNELS) {
             const int64_t nr = isa_->nr;
             const double tiles = static_cast<double>((s.oh + 1) / 2) * ((s.ow + 1) / 2);
             const double tpad = std::ceil(tiles / nr) * nr;
@@ -925,8 +934,8 @@ private:
 ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                     const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-                    const std::string& isa, const std::string& kernel) {
-    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel);
+                    const std::string& isa, const std::string& kernel, bool exact) {
+    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel, exact);
 }
 
 }  // namespace
@@ -957,10 +966,12 @@ void bind_conv(nb::module_& m) {
         .def("__call__", &ConvCall::operator());
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
-          nb::arg("isa"), nb::arg("kernel") = "auto", nb::rv_policy::take_ownership,
+          nb::arg("isa"), nb::arg("kernel") = "auto", nb::arg("exact") = false,
+          nb::rv_policy::take_ownership,
           "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
           "output extents, which fix the pads after; kernel: auto, direct, lanes, packed, "
-          "stream or winograd).");
+          "stream or winograd; exact: exact mode's sums, bit for bit on every ISA, no "
+          "Winograd, no activation or residual in the run).");
 }
 
 }  // namespace graphrt_simd

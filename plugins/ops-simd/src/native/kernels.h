@@ -162,8 +162,9 @@ struct IsaKernels {
     // channel or null, z laid out as y or null (a residual sum), act ACT_NONE or ACT_RELU; x
     // has unit column stride, y rows (channels) have stride ldy and hold the positions
     // contiguously; block is CONV_KC * CONV_NCB floats.  conv_direct and conv_lanes take z the
-    // same way.
-    void (*conv_fast)(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
+    // same way.  Each of the three is a pair: [0] fast mode, [1] exact mode (a multiply and an
+    // add per term, the first term assigned: docs/exact-mode.md's sums; act and z unused).
+    void (*conv_fast[2])(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                       std::ptrdiff_t x_rs, const float* wpacked, int64_t m0, int64_t m1,
                       int64_t j0, int64_t j1, float* y, const float* z, std::ptrdiff_t ldy,
                       const float* bias, int act, float* block);
@@ -173,7 +174,7 @@ struct IsaKernels {
     // Output channels [m0, m1) (m0 a multiple of cmr) and tile positions [q0, q1) (q = oy *
     // d.pitch + ox; q0 a multiple of cnr) of a unit-stride convolution: y = act(w @ taps +
     // bias), tap row kk read at staged + offs[kk] + oy * wp + ox.
-    void (*conv_direct)(const DirectShape& d, const float* staged, const int64_t* offs,
+    void (*conv_direct[2])(const DirectShape& d, const float* staged, const int64_t* offs,
                         const float* wpacked, int64_t m0, int64_t m1, int64_t q0, int64_t q1,
                         float* y, const float* z, std::ptrdiff_t ldy, const float* bias,
                         int act);
@@ -187,7 +188,7 @@ struct IsaKernels {
     // any strides) from the staged planes (d: their geometry): one vector of lmr channels per
     // position, taps broadcast from staged + offs[kk] + each position's offset; groups of
     // lanes_multi channel vectors run the depth in blocks of kb steps (k: whole).
-    void (*conv_lanes)(const ConvShape& s, const DirectShape& d, const float* staged,
+    void (*conv_lanes[2])(const ConvShape& s, const DirectShape& d, const float* staged,
                        const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
                        int64_t t0, int64_t t1, float* y, const float* z, std::ptrdiff_t ldy,
                        const float* bias, int act, int64_t kb);
