@@ -333,3 +333,71 @@ def test_grid_covers_the_geometries():
     assert {a["count_include_pad"] for _, a in GRID} == {0, 1}
     assert any(s[3] % 2 for s, _ in GRID) and any(s[1] % 16 for s, _ in GRID)
     assert list(itertools.chain(*(a["dilations"] for _, a in GRID))).count(2) > 0
+
+
+def _global_model(shape, elem=TensorProto.FLOAT):
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    return make_model([node], [tensor("x", elem, list(shape))], [tensor("y", elem)])
+
+
+def _global_plan(sess, x):
+    (step,) = sess.plan_for([x]).steps
+    return step.prepared
+
+
+@pytest.mark.parametrize("path", FAST_PATHS)
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 1000, 13, 13),
+        (2, 1024, 7, 7),
+        (1, 3, 1, 1),
+        (2, 5, 100),
+        (1, 4, 3, 5, 7),
+        (1, 70, 64, 64),
+    ],
+)
+def test_global_average_pool_is_native_close_to_float64_and_thread_count_free(path, shape):
+    """Fast mode: each plane's mean natively (tails of every length, rank 3 to 5, planes split
+    over threads for the large one), within float32 rounding of the float64 mean, the same
+    bits on 1 and 2 threads; exact mode keeps ops-basic's in-order sum."""
+    path_or_skip(path)
+    model = _global_model(shape)
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(F32) + 3
+    want = x.astype(np.float64).mean(axis=tuple(range(2, len(shape))), keepdims=True)
+    runs = []
+    for threads in (1, 2):
+        sess = graphrt.Session(model, kernel_path=path, intra_op_threads=threads)
+        assert isinstance(_global_plan(sess, x), simd_pool._GlobalPlan)
+        runs.append(sess.run(None, {"x": x})[0])
+    np.testing.assert_allclose(runs[0], want, rtol=2e-6, atol=0)
+    np.testing.assert_array_equal(bits(runs[0]), bits(runs[1]))
+    exact = graphrt.Session(model, kernel_path=path, mode="exact")
+    assert not isinstance(_global_plan(exact, x), simd_pool._GlobalPlan)
+
+
+@pytest.mark.parametrize("path", FAST_PATHS)
+def test_global_average_pool_views_nan_and_fallbacks(path):
+    """A strided X (a transposed view, copied once per call), NaN and infinities kept in their
+    planes, and float64 on ops-basic's kernel; the native call's own checks."""
+    path_or_skip(path)
+    x = np.random.default_rng(3).standard_normal((2, 6, 9, 11)).astype(F32)
+    x[0, 1, 2, 3] = np.nan
+    x[1, 4, 0, 0] = np.inf
+    view = x.transpose(0, 1, 3, 2)
+    sess = graphrt.Session(_global_model(view.shape), kernel_path=path)
+    got = sess.run(None, {"x": view})[0]
+    want = np.ascontiguousarray(view).astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    assert np.isnan(got[0, 1, 0, 0]) and got[1, 4, 0, 0] == np.inf
+    assert np.isfinite(np.delete(got.reshape(-1), [1, 10])).all()
+    x64 = x.astype(np.float64)
+    sess64 = graphrt.Session(_global_model(x64.shape, TensorProto.DOUBLE), kernel_path=path)
+    assert not isinstance(_global_plan(sess64, x64), simd_pool._GlobalPlan)
+    np.testing.assert_allclose(
+        sess64.run(None, {"x": x64})[0], x64.mean(axis=(2, 3), keepdims=True)
+    )
+    with pytest.raises(ValueError, match="must hold 12 floats"):
+        _native.GlobalAvgPoolCall(x, np.empty((2, 5, 1, 1), F32), path)
+    with pytest.raises(ValueError, match="spatial"):
+        _native.GlobalAvgPoolCall(np.ones((2, 6), F32), np.empty((2, 6), F32), path)

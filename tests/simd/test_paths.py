@@ -65,6 +65,7 @@ def test_plugin_provides_the_three_paths_ranked():
             "Gelu",
             "MaxPool",
             "AveragePool",
+            "GlobalAveragePool",
             "Concat",
             "NonMaxSuppression",
             "RNN",

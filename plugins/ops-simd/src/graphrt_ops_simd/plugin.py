@@ -1,12 +1,12 @@
 """The hook implementations graphrt finds through this package's entry point.
 
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool,
-AveragePool, Concat, Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN, GRU, LSTM, Attention,
-LayerNormalization, Softmax, BatchNormalization (and FusedBatchNormalization), the fused products
-(FusedConv, FusedMatMul, FusedGemm) and the int8 products (MatMulInteger, QLinearMatMul,
-with DynamicQuantizeLinear: qproduct.py) and convolutions (ConvInteger, QLinearConv:
-qconv.py); the session picks the best available one ("auto") or the one forced by
-``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
+AveragePool, GlobalAveragePool, Concat, Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN,
+GRU, LSTM, Attention, LayerNormalization, Softmax, BatchNormalization (and
+FusedBatchNormalization), the fused products (FusedConv, FusedMatMul, FusedGemm) and the int8
+products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py) and
+convolutions (ConvInteger, QLinearConv: qconv.py); the session picks the best available one
+("auto") or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ Attention = attention.Attention
 Conv, FusedConv = conv.Conv, conv.FusedConv
 Concat = copies.Concat
 FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
-MaxPool, AveragePool = pool.MaxPool, pool.AveragePool
+MaxPool, AveragePool, GlobalAveragePool = pool.MaxPool, pool.AveragePool, pool.GlobalAveragePool
 (qproduct,) = kernel_modules(__package__, "qproduct")  # int8 products: MatMulInteger, ...
 (qconv,) = kernel_modules(__package__, "qconv")  # int8 convolutions: ConvInteger, ...
 Recurrent = recurrent.Recurrent
@@ -76,6 +76,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "Gelu"): _factory(Gelu, isa),
                 ("", "MaxPool"): _factory(MaxPool, isa),
                 ("", "AveragePool"): _factory(AveragePool, isa),
+                ("", "GlobalAveragePool"): _factory(GlobalAveragePool, isa),
                 ("", "Concat"): _factory(Concat, isa),
                 ("", "NonMaxSuppression"): _factory(NonMaxSuppression, isa),
                 **{("", op): _factory(Recurrent, isa) for op in ("RNN", "GRU", "LSTM")},

@@ -204,6 +204,10 @@ struct IsaKernels {
     void (*avgpool2d)(const ConvShape& s, const AvgPoolGeometry& g, const float* x,
                       std::ptrdiff_t x_cs, std::ptrdiff_t x_rs, int64_t p0, int64_t p1,
                       float* y, std::ptrdiff_t y_cs, float* work);
+    // The means of planes [p0, p1) of hw contiguous floats (plane stride x_cs): y[p] = their
+    // sum (this kernel's order) * scale.
+    void (*plane_means)(const float* x, std::ptrdiff_t x_cs, int64_t hw, int64_t p0, int64_t p1,
+                        float* y, float scale);
     // NonMaxSuppression (nms.cpp): whether one of `count` selected boxes has an IoU above
     // threshold with `box` (x_min, y_min, x_max, y_max, area); sel[0..4] hold those five
     // values of the selected boxes, padded with NaN up to a multiple of NMS_CHUNK.

@@ -689,6 +689,59 @@ private:
     std::vector<float> divisor_;
 };
 
+// ---- GlobalAveragePool -----------------------------------------------------------------------
+
+// Planes from which a global pool is split over the plugin's threads (floats read), and below
+// which a call keeps the GIL.
+constexpr int64_t GLOBAL_POOL_SPLIT_FLOATS = int64_t(1) << 18;
+constexpr int64_t GLOBAL_POOL_KEEP_GIL_FLOATS = int64_t(1) << 14;
+
+// y = the mean of each of x's planes (float32, C-contiguous, rank >= 3: N x C x spatial; y holds
+// N * C floats, C-contiguous), fast mode: plane_means' order.  Arguments checked once.
+class GlobalAvgPoolCall {
+public:
+    GlobalAvgPoolCall(InArray x, OutArray y, const std::string& isa, int threads)
+        : x_(x), y_(y), kern_(&kernels_for(isa)) {
+        check_flat(x, "x");
+        check_flat(y, "y");
+        if (x.ndim() < 3) throw nb::value_error("x must be (N, C, spatial...)");
+        planes_ = static_cast<int64_t>(x.shape(0)) * static_cast<int64_t>(x.shape(1));
+        hw_ = 1;
+        for (size_t d = 2; d < x.ndim(); ++d) hw_ *= static_cast<int64_t>(x.shape(d));
+        if (hw_ < 1) throw nb::value_error("x has no spatial position to pool");
+        if (static_cast<int64_t>(y.size()) != planes_)
+            throw nb::value_error(("y must hold " + std::to_string(planes_) + " floats, got " +
+                                   std::to_string(y.size()))
+                                      .c_str());
+        check_no_overlap(y, x, "x");
+        const int64_t floats = planes_ * hw_;
+        threads_ = floats >= GLOBAL_POOL_SPLIT_FLOATS ? clamp_threads(threads) : 1;
+        small_ = floats <= GLOBAL_POOL_KEEP_GIL_FLOATS;
+        scale_ = static_cast<float>(1.0 / static_cast<double>(hw_));
+    }
+
+    void operator()() const {
+        run_releasing_gil(small_, [this] {
+            const float* px = static_cast<const float*>(x_.data());
+            float* py = static_cast<float*>(y_.data());
+            const int64_t blocks = threads_ > 1 ? std::min<int64_t>(planes_, 4 * threads_) : 1;
+            NativePool::get().run(blocks, threads_, [&](int64_t i) {
+                const int64_t lo = planes_ * i / blocks, hi = planes_ * (i + 1) / blocks;
+                kern_->plane_means(px, hw_, hw_, lo, hi, py, scale_);
+            });
+        });
+    }
+
+private:
+    InArray x_;
+    OutArray y_;
+    const IsaKernels* kern_;
+    int64_t planes_ = 0, hw_ = 1;
+    int threads_ = 1;
+    bool small_ = false;
+    float scale_ = 1.0f;
+};
+
 // ---- depthwise convolution -------------------------------------------------------------------
 
 // y = act(depthwise(x, w) + bias), float32 NCHW, group = channels (w: C x 1 x kh x kw, C-
@@ -986,6 +1039,12 @@ NB_MODULE(_native, m) {
              nb::arg("dilations"), nb::arg("pads"), nb::arg("isa"), nb::arg("plane_begin") = 0,
              nb::arg("plane_end") = -1, nb::arg("threads") = 1)
         .def("__call__", &MaxPoolCall::operator());
+    nb::class_<GlobalAvgPoolCall>(m, "GlobalAvgPoolCall",
+                                  "A fast-mode GlobalAveragePool's arguments checked once; "
+                                  "calling it writes each plane's mean to y.")
+        .def(nb::init<InArray, OutArray, const std::string&, int>(), nb::arg("x"), nb::arg("y"),
+             nb::arg("isa"), nb::arg("threads") = 1)
+        .def("__call__", &GlobalAvgPoolCall::operator());
     nb::class_<AvgPoolCall>(m, "AvgPoolCall",
                             "A fast-mode AveragePool's arguments checked once (pads: h, w "
                             "begin then end); calling it writes y.")
