@@ -135,24 +135,13 @@ class Conv(NativeKernel):
                 "unsupported",
             )
         try:  # the plan checks every size it derives (overflow, a bound of 2 GiB)
-            native = _native.conv_plan(
-                np.ascontiguousarray(ctx.known_value(1), dtype=F32),
-                plan.group,
-                list(ctx.shape(0)),
-                list(w.strides),
-                list(w.dilations),
-                list(w.begin),
-                list(w.out),
-                self.isa,
-            )
+            native = conv_exact.native_conv_plan(ctx, plan, self.isa)
         except ValueError as e:
             message = str(e)
             kind = "unsupported" if message.startswith("unsupported: ") else "invalid_model"
             raise self.fail(message.removeprefix("unsupported: "), kind) from None
         work = ctx.add_scratch(F32, (native.work_floats,)) if native.work_floats else None
-        bias = ctx.known_value(2) if ctx.has_input(2) else None
-        if bias is not None:
-            bias = np.ascontiguousarray(bias.reshape(-1), dtype=F32)
+        bias = conv_exact.constant_bias(ctx)
         kind = self.fused_activation()
         epilogue, gelu = None, False
         if kind == "Gelu" and native_gelu(self.base.act, ctx.exact, dtype, self.isa):
@@ -181,10 +170,9 @@ class Conv(NativeKernel):
         if work > DEPTHWISE_MAX_WORK:
             return self.fallback(ctx)
         ctx.set_output(0, F32, out_shape)
-        bias = ctx.known_value(2) if ctx.has_input(2) else None
         ctx.prepared = _DepthwisePlan(
             np.ascontiguousarray(weight, dtype=F32),
-            None if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=F32),
+            conv_exact.constant_bias(ctx),
             tuple(w.strides), tuple(w.dilations), tuple(w.begin),
             "relu" if kind == "Relu" else "none",
             work * F32.itemsize,
@@ -222,13 +210,8 @@ class Conv(NativeKernel):
         strided_x = x.ndim == 4 and x.shape[3] > 1 and x.strides[3] != 4
         if strided_x or (z is not None and not z.flags.c_contiguous):  # views: copy them
             return functools.partial(_with_contiguous_inputs, self, ctx, inputs, outputs)
-        bias = p.bias
-        if bias is None and len(inputs) > 2 and inputs[2] is not None:
-            bias = inputs[2]
-        work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
         # the units run on the plugin's own threads (one call, no Python per unit)
-        threads = getattr(ctx.pool, "threads", 1)
-        calls = [_native.ConvCall(p.native, x, work, y, bias, p.activation, threads, z)]
+        calls = [conv_exact.conv_call(ctx, p.native, p.work, p.bias, inputs, y, p.activation, z)]
         if p.epilogue is not None:
             calls += basic_fused.epilogue_calls(ctx, p.epilogue, y)
         if p.gelu:

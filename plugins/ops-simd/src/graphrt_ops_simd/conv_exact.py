@@ -207,17 +207,46 @@ def _native_plan(
     if max(*w.strides, *w.dilations, *w.begin, *w.out) >= 2**63:
         return None
     try:  # the plan checks every size it derives
-        native = _native.conv_plan(
-            np.ascontiguousarray(weight, dtype=F32), g, list(ctx.shape(0)), list(w.strides),
-            list(w.dilations), list(w.begin), list(w.out), kernel.isa, "auto", True,
-        )  # fmt: skip
+        native = native_conv_plan(ctx, plan, kernel.isa, exact=True)
     except ValueError:
         return None
     work = ctx.add_scratch(F32, (native.work_floats,)) if native.work_floats else None
+    return NativeExactPlan(native, work, constant_bias(ctx), epilogue is not None, epilogue)
+
+
+def native_conv_plan(ctx: InferContext, plan: Any, isa: str, exact: bool = False) -> Any:
+    """The native convolution's plan (``_native.ConvPlan``) of ops-basic's Conv plan on ctx's
+    shapes and constant weight; a ValueError where it refuses the geometry or a size."""
+    w = plan.w
+    return _native.conv_plan(
+        np.ascontiguousarray(ctx.known_value(1), dtype=F32), plan.group, list(ctx.shape(0)),
+        list(w.strides), list(w.dilations), list(w.begin), list(w.out), isa, "auto", exact,
+    )  # fmt: skip
+
+
+def constant_bias(ctx: InferContext) -> np.ndarray | None:
+    """B as a contiguous float32 vector where it is a constant, else None."""
     bias = ctx.known_value(2) if ctx.has_input(2) else None
-    if bias is not None:
-        bias = np.ascontiguousarray(bias.reshape(-1), dtype=F32)
-    return NativeExactPlan(native, work, bias, epilogue is not None, epilogue)
+    return None if bias is None else np.ascontiguousarray(bias.reshape(-1), dtype=F32)
+
+
+def conv_call(
+    ctx: KernelContext,
+    native: Any,
+    work: int | None,
+    bias: np.ndarray | None,
+    inputs: Sequence[Any],
+    y: np.ndarray,
+    activation: str,
+    z: np.ndarray | None,
+) -> Any:
+    """A native plan's bound call on the plugin's threads (as many as the session's intra-op
+    threads): B the plan's constant, else the run's input; ``work`` the staged image's scratch."""
+    if bias is None and len(inputs) > 2 and inputs[2] is not None:
+        bias = np.ascontiguousarray(inputs[2], dtype=F32)
+    buf = ctx.scratch[work] if work is not None else np.empty(0, F32)
+    threads = getattr(ctx.pool, "threads", 1)
+    return _native.ConvCall(native, inputs[0], buf, y, bias, activation, threads, z)
 
 
 def bind_native_plan(
@@ -228,12 +257,7 @@ def bind_native_plan(
     x, y = inputs[0], outputs[0]
     if not (x.flags.c_contiguous and y.flags.c_contiguous):  # views: copied on every call
         return functools.partial(_with_contiguous, kernel, ctx, inputs, outputs)
-    bias = p.bias
-    if bias is None and len(inputs) > 2 and inputs[2] is not None:
-        bias = np.ascontiguousarray(inputs[2], dtype=F32)
-    work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
-    threads = getattr(ctx.pool, "threads", 1)
-    calls = [_native.ConvCall(p.native, x, work, y, bias, "none", threads, None)]
+    calls = [conv_call(ctx, p.native, p.work, p.bias, inputs, y, "none", None)]
     if p.fused:
         z = inputs[3] if len(inputs) > 3 else None
         calls += basic_fused.epilogue_calls(ctx, p.epilogue, y, z=z)

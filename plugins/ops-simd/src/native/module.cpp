@@ -714,7 +714,7 @@ public:
                                    std::to_string(y.size()))
                                       .c_str());
         check_no_overlap(y, x, "x");
-        const int64_t floats = planes_ * hw_;
+        const int64_t floats = static_cast<int64_t>(x.size());
         threads_ = floats >= GLOBAL_POOL_SPLIT_FLOATS ? clamp_threads(threads) : 1;
         small_ = floats <= GLOBAL_POOL_KEEP_GIL_FLOATS;
         scale_ = static_cast<float>(1.0 / static_cast<double>(hw_));
@@ -724,9 +724,7 @@ public:
         run_releasing_gil(small_, [this] {
             const float* px = static_cast<const float*>(x_.data());
             float* py = static_cast<float*>(y_.data());
-            const int64_t blocks = threads_ > 1 ? std::min<int64_t>(planes_, 4 * threads_) : 1;
-            NativePool::get().run(blocks, threads_, [&](int64_t i) {
-                const int64_t lo = planes_ * i / blocks, hi = planes_ * (i + 1) / blocks;
+            run_plane_blocks(0, planes_, threads_, 0, [&](int64_t lo, int64_t hi, float*) {
                 kern_->plane_means(px, hw_, hw_, lo, hi, py, scale_);
             });
         });
