@@ -583,7 +583,8 @@ def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, 
 @pytest.mark.parametrize(
     "n, c, m, size, pad, groups",
     [
-        (1, 64, 64, 14, 1, 1),  # 49 tiles: whole panels of 16 on avx2, part of one on avx512
+        (1, 64, 64, 14, 1, 1),  # 49 tiles: 48 in vectors, the 49th a column on its own
+        (1, 24, 40, 27, 1, 1),  # 196 tiles: the last unit's 4 tiles are 4 columns on their own
         (2, 40, 70, 15, 1, 1),  # odd maps: the last tiles' right column and bottom row dropped
         (1, 32, 50, 9, 0, 1),  # no padding, 7 x 7 outputs
         (1, 24, 20, 11, 2, 2),  # two groups, two pads: 13 x 13 outputs
@@ -645,11 +646,12 @@ def test_winograd_keeps_nan_and_infinity_to_their_windows(isa, threads):
 
 #: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
 AUTO_CHOICES_AVX512 = [
-    ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 32 channels and more, 2**24 MACs
+    ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 16 channels and more, 2**24 MACs
     ((256, 256, 14, 14, 3), (1, 1), "winograd"),  # ... on 49 tiles
     ((32, 128, 27, 27, 3), (1, 1), "winograd"),
     ((512, 512, 7, 7, 3), (1, 1), "lanes"),  # ... but not 16 tiles: half a panel of 32
-    ((48, 192, 13, 13, 3), (1, 1), "lanes"),  # ... nor fewer multiply-adds
+    ((48, 192, 13, 13, 3), (1, 1), "winograd"),  # ... from 32 channels 2**23 multiply-adds
+    ((32, 128, 13, 13, 3), (1, 1), "lanes"),  # ... not fewer
     ((64, 64, 224, 224, 3), (1, 1), "direct"),  # ... nor a V of more than 32 MiB
     ((64, 64, 56, 56, 5), (1, 1), "lanes"),  # a large map, a deep window
     ((8, 64, 56, 56, 3), (1, 1), "direct"),  # a large map, a shallow window
@@ -680,8 +682,9 @@ AUTO_CHOICES_AVX512 = [
 #: packed columns for 1x1 kernels (stream for at most 24 channels) and for large images with 128
 #: channels and more.
 AUTO_CHOICES_AVX2 = [
-    ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 32 channels and more, 2**24 MACs
-    ((512, 512, 7, 7, 3), (1, 1), "lanes"),  # ... but not on 16 tiles
+    ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 16 channels and more, 2**24 MACs
+    ((224, 224, 7, 7, 3), (1, 1), "winograd"),  # ... on one whole panel of 16 tiles
+    ((512, 512, 7, 7, 3), (1, 1), "lanes"),  # ... but not with 16 MiB of U
     ((128, 256, 56, 56, 3), (1, 1), "winograd"),
     ((64, 64, 14, 14, 3), (1, 1), "lanes"),  # ... but not fewer multiply-adds
     ((256, 256, 14, 14, 3), (1, 1), "winograd"),  # ... 49 tiles

@@ -132,7 +132,10 @@ constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 
 // Where "auto" takes the Winograd kernel (3x3, unit strides and dilations; bench/conv_micro.py
 // --kernels --threads 1|2, bound calls): from 16 input and output channels per group and 2**24
-// multiply-adds of direct convolution, with V (16 floats per input channel and tile) up to
+// multiply-adds of direct convolution (from 32 input channels, 2**23: since a last partial
+// panel of tiles costs only its own columns, light_squeezenet's 48->192 on 13 x 13, 14 M, ran
+// 0.89 of lanes on avx512 and a tie on avx2, light_inception_v2's 64->96 on 14 x 14, 11 M, 0.81
+// and a tie, 40->128 on 16 x 16 0.70 and 0.57; 16->128 on 27 x 27, 13 M, lost, 1.16 and 1.2), with V (16 floats per input channel and tile) up to
 // 32 MiB, from 40 tiles (a 7 x 7 map's 16 tiles fill half of an avx512 panel of 32: 512->512
 // 1.5x slower than lanes; on avx2 a tie in light_resnet50, where its U, 16 MiB, came from
 // memory each call instead of from L3 as in a loop of one layer, 0.68).  Against the kernel
@@ -148,8 +151,16 @@ constexpr int64_t WINO_MIN_CHANNELS = 16;
 // against 2.37 ms, on 28 x 28 0.66 against 0.58; avx512 won both, 0.89).
 constexpr int64_t WINO_MIN_OUT_CHANNELS_AVX2 = 64;
 constexpr double WINO_MIN_MACS = 16777216.0;
+constexpr int64_t WINO_DEEP_CHANNELS = 32;
+constexpr double WINO_MIN_MACS_DEEP = 8388608.0;
 constexpr double WINO_MAX_V_BYTES = 32.0 * 1024 * 1024;
 constexpr int64_t WINO_MIN_TILES = 40;
+// ... but on avx2 from one whole panel of tiles (7 x 7 maps: 16 tiles, avx2's nr) where U
+// fits L3 beside the rest of a model (light_inception_v2's 7 x 7 layers, conv_micro --kernels
+// --isa avx2, against lanes: 192->320 0.78, 160->224 0.87, 224->224 0.84, 192->224 0.86, at two
+// threads 0.71-0.79; light_resnet50's 512->512, U 16 MiB, a tie, left to lanes).  On avx512
+// half of a panel of 32, which won two of those four layers and lost the others.
+constexpr double WINO_MAX_U_BYTES_FEW_TILES_AVX2 = 8.0 * 1024 * 1024;
 
 // One thread's buffers, allocated on first use, grown as needed and kept: a fresh 256 KiB
 // allocation per call would be an mmap and page faults every time.
@@ -852,9 +863,13 @@ private:
             const double tpad = std::ceil(tiles / nr) * nr;
             const double macs = 9.0 * s.c * mg_ * static_cast<double>(s.oh) * s.ow;
             const bool wide = isa_->lmr >= 16;
-            if (macs >= WINO_MIN_MACS && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
-                (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) &&
-                tiles >= WINO_MIN_TILES)
+            const double u_bytes = 64.0 * s.c * mg_;  // 16 floats per weight window
+            const bool enough_tiles =
+                tiles >= WINO_MIN_TILES ||
+                (!wide && tiles >= nr && u_bytes <= WINO_MAX_U_BYTES_FEW_TILES_AVX2);
+            const double min_macs = s.c >= WINO_DEEP_CHANNELS ? WINO_MIN_MACS_DEEP : WINO_MIN_MACS;
+            if (macs >= min_macs && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
+                (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) && enough_tiles)
                 return WINO;
         }
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
