@@ -50,7 +50,7 @@ def geometries(draw):
     cg, mg = draw(st.integers(1, 12)), draw(st.integers(1, 40))
     n = draw(st.integers(1, 2))
     kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    sh, sw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     ph, pw = draw(st.integers(0, 3)), draw(st.integers(0, 3))
     ah, aw = draw(st.integers(0, 3)), draw(st.integers(0, 3))  # pads after
@@ -91,8 +91,9 @@ def _run(isa, g, x, w, b, split, kernel="auto", z=None):
 def kernels_for(isa: str, g: dict) -> list[str]:
     """Every conv kernel this ISA can run on the geometry g."""
     kernels = ["auto", "packed"]
-    if tuple(g["strides"]) == (1, 1):
+    if max(g["strides"]) <= 4:  # strided: on phase planes
         kernels.append("direct")
+    if tuple(g["strides"]) == (1, 1):
         plain = tuple(g["w_shape"][2:]) == (1, 1) and tuple(g["pads"]) == (0, 0)
         if plain and tuple(g["out"]) == tuple(g["x_shape"][2:]):
             kernels.append("stream")
@@ -675,8 +676,10 @@ AUTO_CHOICES_AVX512 = [
     ((128, 192, 14, 14, 1), (1, 1), "packed"),  # ... a shallower input
     ((192, 64, 14, 14, 1), (1, 1), "stream"),  # ... and few outputs
     ((128, 128, 56, 56, 3), (2, 2), "lanes"),  # strided, a deep window
-    ((4, 64, 224, 224, 3), (2, 2), "lanes"),  # strided, depth 36
-    ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27 (squeezenet's first)
+    ((4, 64, 224, 224, 3), (2, 2), "direct"),  # strided, 8 channels or fewer: phase planes
+    ((3, 64, 224, 224, 3), (2, 2), "direct"),  # ... (light_squeezenet's first)
+    ((16, 32, 64, 64, 3), (2, 2), "lanes"),  # ... not 16 channels
+    ((3, 96, 224, 224, 11), (4, 4), "lanes"),  # ... nor stride 4
 ]
 #: ... and avx2's own: 8-channel lanes for windows above 1x1 from a depth of 400 (strided: 32),
 #: packed columns for 1x1 kernels (stream for at most 24 channels) and for large images with 128
@@ -698,8 +701,10 @@ AUTO_CHOICES_AVX2 = [
     ((128, 256, 56, 56, 5), (1, 1), "packed"),  # a 1.9 MiB image, 256 channels: packed
     ((512, 512, 28, 28, 5), (1, 1), "packed"),
     ((64, 128, 28, 28, 5), (1, 1), "lanes"),  # ... but not a 256 KiB one
-    ((3, 64, 224, 224, 7), (2, 2), "lanes"),  # strided, depth 147
-    ((3, 64, 224, 224, 3), (2, 2), "packed"),  # strided, depth 27
+    ((3, 64, 224, 224, 7), (2, 2), "direct"),  # strided, 8 channels or fewer: phase planes
+    ((3, 64, 224, 224, 3), (2, 2), "direct"),
+    ((16, 32, 64, 64, 3), (2, 2), "lanes"),  # ... not 16 channels
+    ((3, 96, 224, 224, 11), (4, 4), "lanes"),  # ... nor stride 4
     ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed columns ...
     ((16, 64, 55, 55, 1), (1, 1), "packed"),
     ((24, 16, 55, 55, 1), (1, 1), "stream"),  # ... x in place for 16 channels ...
@@ -745,7 +750,7 @@ def test_refusals():
         (dict(strides=[1, 2], out=[6, 3], kernel="winograd"), ValueError, "3x3 kernel, unit"),
         (dict(dilations=[2, 1], out=[4, 6], kernel="winograd"), ValueError, "and dilations"),
         (dict(kernel="lanes"), ValueError, "no channels-in-lanes"),  # scalar: 1-float vectors
-        (dict(strides=[2, 1], kernel="direct"), ValueError, "unit strides"),
+        (dict(strides=[5, 1], out=[2, 6], kernel="direct"), ValueError, "strides up to 4"),
         (dict(kernel="stream"), ValueError, "1x1 kernel, unit strides and no padding"),
     ]
     for change, kind, message in bad:

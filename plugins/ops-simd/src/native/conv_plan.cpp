@@ -146,6 +146,9 @@ constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 // (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products too
 // shallow or too small to repay the transforms).
 constexpr int64_t WINO_MIN_CHANNELS = 16;
+// The direct kernel with strides (phase planes): where "auto" takes it (choose_mode)
+constexpr int64_t DIRECT_AUTO_MAX_STRIDE = 3;
+constexpr int64_t DIRECT_MAX_STRIDED_CHANNELS = 8;
 // ... and on avx2 from 64 output channels: with fewer its products (6-row slivers) no longer
 // repaid the transform against the lanes kernel (light_densenet121's 128->32 on 56 x 56: 2.70
 // against 2.37 ms, on 28 x 28 0.66 against 0.58; avx512 won both, 0.89).
@@ -291,8 +294,24 @@ public:
             d.hp = hp;
             d.wp = wp;
             const char* what = "the staged (padded) image";
+            if (mode_ == DIRECT && (s.sh > 1 || s.sw > 1)) {  // phase planes (conv_stage)
+                d.sh = s.sh, d.sw = s.sw;
+                d.wp = (wp + s.sw - 1) / s.sw;
+                d.hp = mul((hp + s.sh - 1) / s.sh, s.sh * s.sw, what);
+            }
             const int64_t plane = bounded(mul(d.hp, d.wp, what), MAX_FLOATS, what);
             const int64_t planes = bounded(mul(s.c, plane, what), MAX_FLOATS, what);
+            // each tap's offset: (dy, dx) lies in phase plane (dy % sh, dx % sw) of its
+            // channel, dy / sh rows and dx / sw columns on (one plane, unit strides)
+            const int64_t hq = d.hp / (d.sh * d.sw);
+            for (int64_t ch = 0; ch < s.c; ++ch)
+                for (int64_t y = 0; y < s.kh; ++y)
+                    for (int64_t x = 0; x < s.kw; ++x) {
+                        const int64_t ty = y * s.dh, tx = x * s.dw;
+                        const int64_t phase = (ty % d.sh) * d.sw + tx % d.sw;
+                        offs_.push_back(ch * plane + (phase * hq + ty / d.sh) * d.wp +
+                                        tx / d.sw);
+                    }
             if (mode_ == DIRECT) {
                 // row tiles (only a row's last one partial) or wide positions (tiles run on
                 // across rows, over the pad columns), whichever makes fewer tiles: rows of 32
@@ -306,9 +325,8 @@ public:
                 // the last tile reads cnr floats from its first position on; each term below
                 // is at most `planes` + 2 * cnr, all bounded above
                 const int64_t last = (ptiles - 1) * cnr;
-                d.staged = std::max(planes, (s.c - 1) * plane + (s.kh - 1) * s.dh * d.wp +
-                                                (s.kw - 1) * s.dw + last / d.pitch * d.wp +
-                                                last % d.pitch + cnr);
+                const int64_t reach = *std::max_element(offs_.begin(), offs_.end());
+                d.staged = std::max(planes, reach + last / d.pitch * d.wp + last % d.pitch + cnr);
                 bounded(d.staged, MAX_FLOATS, what);
             } else {
                 const LanesTiling tiling(s.oh, s.ow, isa_->crt);
@@ -317,10 +335,6 @@ public:
                 d.staged = planes;
             }
             bounded(mul(mul(n_, group_, what), d.staged, what), MAX_FLOATS, what);
-            for (int64_t ch = 0; ch < s.c; ++ch)
-                for (int64_t y = 0; y < s.kh; ++y)
-                    for (int64_t x = 0; x < s.kw; ++x)
-                        offs_.push_back(ch * plane + y * s.dh * d.wp + x * s.dw);
         } else {
             ptiles = (s.oh * s.ow + cnr - 1) / cnr;
         }
@@ -832,8 +846,9 @@ private:
                     "the winograd kernel needs a 3x3 kernel, unit strides and dilations");
             return WINO;
         }
+        const bool phases_ok = s.sh <= DIRECT_MAX_STRIDE && s.sw <= DIRECT_MAX_STRIDE;
         if (kernel == "direct") {
-            if (!unit) throw nb::value_error("the direct kernel needs unit strides");
+            if (!phases_ok) throw nb::value_error("the direct kernel needs strides up to 4");
             return DIRECT;
         }
         // x's own planes are the column matrix (the stream kernel)
@@ -872,6 +887,14 @@ private:
                 (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) && enough_tiles)
                 return WINO;
         }
+        // Strided windows over few input channels (the RGB stems): the direct kernel on phase
+        // planes (bench/conv_micro.py, one thread, Zen 4, against the kernel auto took before:
+        // 3x3/2 3->64 on 224 x 224 0.90 on avx512 and avx2, 7x7/2 3->64 0.93 and 0.89, 7x7/2
+        // 3->96 0.96 and 0.89, 3x3/2 8->32 0.93 and 0.93; with 16 channels lanes won, 1.08 and
+        // 1.06, and at stride 4 too, 11x11/4 3->96 1.06 and 1.07)
+        if (lanes_ok && !one && !unit && s.sh <= DIRECT_AUTO_MAX_STRIDE &&
+            s.sw <= DIRECT_AUTO_MAX_STRIDE && s.c <= DIRECT_MAX_STRIDED_CHANNELS)
+            return DIRECT;
         // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
         // --kernels): channels in lanes where the windows are deep or the rows narrow, the
         // direct kernel for shallow windows on rows that fill its tiles, x's own

@@ -56,7 +56,13 @@ struct DirectShape {
     int64_t oh, ow, hp, wp;
     int64_t staged;
     int64_t pitch = 0;
+    // a strided direct plan's phase planes (conv_stage): each channel's hp x wp floats are
+    // sh * sw planes of hp / (sh * sw) rows, phase (py, px) holding padded rows py + sh * r
+    // and columns px + sw * c
+    int64_t sh = 1, sw = 1;
 };
+// The largest stride of a direct plan (its phase planes)
+constexpr int64_t DIRECT_MAX_STRIDE = 4;
 
 // Position tiles of the channels-in-lanes conv kernel: one output row, or above
 // LANES_WHOLE_ROW_MAX positions equal pieces of at most crt positions (a 112-wide row: 8 of 14),
