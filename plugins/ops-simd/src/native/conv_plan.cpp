@@ -135,10 +135,11 @@ constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 // multiply-adds of direct convolution (from 32 input channels, 2**23: since a last partial
 // panel of tiles costs only its own columns, light_squeezenet's 48->192 on 13 x 13, 14 M, ran
 // 0.89 of lanes on avx512 and a tie on avx2, light_inception_v2's 64->96 on 14 x 14, 11 M, 0.81
-// and a tie, 40->128 on 16 x 16 0.70 and 0.57; 16->128 on 27 x 27, 13 M, lost, 1.16 and 1.2), with V (16 floats per input channel and tile) up to
-// 32 MiB, from 40 tiles (a 7 x 7 map's 16 tiles fill half of an avx512 panel of 32: 512->512
-// 1.5x slower than lanes; on avx2 a tie in light_resnet50, where its U, 16 MiB, came from
-// memory each call instead of from L3 as in a loop of one layer, 0.68).  Against the kernel
+// and a tie, 40->128 on 16 x 16 0.70 and 0.57; 16->128 on 27 x 27, 13 M, lost, 1.16 and 1.2),
+// with V (16 floats per input channel and tile) up to 32 MiB, from 40 tiles (a 7 x 7 map's 16
+// tiles fill half of an avx512 panel of 32: 512->512 1.5x slower than lanes; on avx2 a tie
+// in light_resnet50, where its U, 16 MiB, came from memory each call instead of from L3 as in
+// a loop of one layer, 0.68; avx2's own rule below).  Against the kernel
 // "auto" took before, one thread, Zen 4: avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28
 // 0.65, 256->256 on 14 x 14 0.71, 512->512 on 28 x 28 0.58, 16->64 on 55 x 55 0.90, 32->128
 // on 27 x 27 0.86, 64->256 on 13 x 13 0.89; avx2 0.65, 0.67, 0.73, 0.57, 0.92, 0.88, 0.95; two
@@ -146,9 +147,6 @@ constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 // (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products too
 // shallow or too small to repay the transforms).
 constexpr int64_t WINO_MIN_CHANNELS = 16;
-// The direct kernel with strides (phase planes): where "auto" takes it (choose_mode)
-constexpr int64_t DIRECT_AUTO_MAX_STRIDE = 3;
-constexpr int64_t DIRECT_MAX_STRIDED_CHANNELS = 8;
 // ... and on avx2 from 64 output channels: with fewer its products (6-row slivers) no longer
 // repaid the transform against the lanes kernel (light_densenet121's 128->32 on 56 x 56: 2.70
 // against 2.37 ms, on 28 x 28 0.66 against 0.58; avx512 won both, 0.89).
@@ -164,6 +162,10 @@ constexpr int64_t WINO_MIN_TILES = 40;
 // threads 0.71-0.79; light_resnet50's 512->512, U 16 MiB, a tie, left to lanes).  On avx512
 // half of a panel of 32, which won two of those four layers and lost the others.
 constexpr double WINO_MAX_U_BYTES_FEW_TILES_AVX2 = 8.0 * 1024 * 1024;
+
+// The direct kernel with strides (phase planes): where "auto" takes it (choose_mode)
+constexpr int64_t DIRECT_AUTO_MAX_STRIDE = 3;
+constexpr int64_t DIRECT_MAX_STRIDED_CHANNELS = 8;
 
 // One thread's buffers, allocated on first use, grown as needed and kept: a fresh 256 KiB
 // allocation per call would be an mmap and page faults every time.
@@ -882,7 +884,8 @@ private:
             const bool enough_tiles =
                 tiles >= WINO_MIN_TILES ||
                 (!wide && tiles >= nr && u_bytes <= WINO_MAX_U_BYTES_FEW_TILES_AVX2);
-            const double min_macs = s.c >= WINO_DEEP_CHANNELS ? WINO_MIN_MACS_DEEP : WINO_MIN_MACS;
+            const double min_macs =
+                s.c >= WINO_DEEP_CHANNELS ? WINO_MIN_MACS_DEEP : WINO_MIN_MACS;
             if (macs >= min_macs && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
                 (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) && enough_tiles)
                 return WINO;
