@@ -832,3 +832,16 @@ def test_the_plugins_threads_under_concurrent_callers():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_a_conv_of_no_input_channels_is_its_bias(path):
+    """X with no channels (W [m, 0, k, k]): every sum is empty, so Y is B in every position on
+    every path, as ops-basic computes it (the native plan, which needs channels, is not asked)."""
+    path_or_skip(path)
+    b = np.arange(1, 9, dtype=F32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
+    inits = [init("w", np.ones((8, 0, 3, 3), F32)), init("b", b)]
+    model = make_model([node], [tensor("x", shape=[1, 0, 5, 5])], [tensor("y")], inits)
+    (y,) = graphrt.Session(model, kernel_path=path).run(None, {"x": np.ones((1, 0, 5, 5), F32)})
+    np.testing.assert_array_equal(y, np.broadcast_to(b[None, :, None, None], (1, 8, 5, 5)))

@@ -118,6 +118,7 @@ class Conv(NativeKernel):
             or dtype != F32
             or any(ctx.dtype(i) != F32 for i in range(ctx.num_inputs) if ctx.has_input(i))
             or len(out_shape) != 4
+            or ctx.shape(0)[1] == 0  # no input channels: B alone, ops-basic's empty sums
             or ctx.known_value(1) is None
             or (ctx.has_input(3) and ctx.shape(3) != tuple(out_shape))  # Z broadcast: numpy's
         ):
