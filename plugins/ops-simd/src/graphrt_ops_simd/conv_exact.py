@@ -448,11 +448,11 @@ def _call_one(units: list[Callable[[], Any]], i: int) -> None:
 def _with_contiguous(
     kernel: Any, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
 ) -> None:
-    """The run on contiguous copies of the inputs (and of Y, copied back)."""
+    """The run on contiguous copies of the inputs (and of Y, copied back), bound as the
+    kernel binds its plan."""
     copied = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in inputs]
     y = outputs[0]
     out = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-    binder = bind_native_plan if isinstance(ctx.prepared, NativeExactPlan) else bind
-    binder(kernel, ctx, copied, [out, *outputs[1:]])()
+    kernel.bind_native(ctx, copied, [out, *outputs[1:]])()
     if out is not y:
         np.copyto(y, out)
