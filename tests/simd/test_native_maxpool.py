@@ -113,6 +113,36 @@ def test_nan_windows(isa, geometry):
     np.testing.assert_array_equal(y, maxpool_reference(x, kernel, strides, dilations, pads, out))
 
 
+# the one-pass rows of 3 x 3/2 windows (avx2 from rows of 64 floats, avx512 from 16): inside
+# x under three rows avx2 takes a plain maximum, its NaN checked apart; with pads, top and bottom
+# rows of two taps, dilated rows
+ONE_PASS = [
+    ((1, 1, 7, 70), (3, 3), (2, 2), (1, 1), (0, 0)),
+    ((1, 1, 8, 67), (3, 3), (2, 2), (1, 1), (1, 1)),
+    ((1, 1, 9, 81), (3, 3), (2, 2), (2, 1), (1, 1)),
+    ((1, 1, 5, 40), (3, 3), (2, 2), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("geometry", ONE_PASS)
+def test_one_nan_anywhere_reaches_exactly_its_windows(isa, geometry):
+    """Plane k holds one NaN, at position k: as any of a window's three rows and three columns,
+    in a row's first, middle and last vectors; the other values of both signs, infinities among
+    them (the plain maximum's tie and infinity cases): NaN exactly in the windows over it."""
+    path_or_skip(isa)
+    (_, _, h, w), kernel, strides, dilations, pads = geometry
+    out = _out(*geometry)
+    rng = np.random.default_rng(w)
+    x = rng.choice(np.array([-0.0, 0.0, -1.0, 3.0, np.inf, -np.inf], F32), size=(1, h * w, h, w))
+    x.reshape(h * w, h * w)[np.arange(h * w), np.arange(h * w)] = np.nan
+    y = np.full((1, h * w, *out), 7.0, F32)
+    simd.maxpool2d(x, y, kernel, strides, dilations, pads, isa)
+    want = maxpool_reference(x, kernel, strides, dilations, pads, out)
+    np.testing.assert_array_equal(y, want)
+    assert np.isnan(y).sum() == np.isnan(want).sum() > 0
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES)
 def test_same_bits_on_every_isa_and_split(geometry):
     """Signed zeros tie everywhere (which one a tie keeps is the kernel's: the same on every

@@ -56,6 +56,13 @@ struct PoolLanes {
         const __m256 halves = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
         return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(halves), 0xD8));
     }
+    // Whether a NaN was seen: f, or a NaN in a lane of a or b (planes_threes_s2_plain's rows)
+    using Flags = __m256;
+    static inline Flags no_nan() { return _mm256_setzero_ps(); }
+    static inline Flags note_nan(Flags f, __m256 a, __m256 b) {
+        return _mm256_or_ps(f, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    }
+    static inline bool any_nan(Flags f) { return _mm256_movemask_ps(f) != 0; }
     // AveragePool's partial vectors: lanes [0, n) of p, n < 8 (masked lanes are never touched)
     static inline __m256i first(int64_t n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
