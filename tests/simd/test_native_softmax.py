@@ -69,6 +69,8 @@ CASES = [
     ((4, 7, 33), 13, None, {}),
     ((2, 3, 16), 13, None, dict(axis=2)),
     ((1, 1000, 1, 1), 11, None, {}),  # squeezenet's: axis 1, the trailing axes coerced
+    ((2, 1000, 1, 1), 13, None, dict(axis=1)),  # opset 13: axis 1 then axes of 1, one run
+    ((3, 1, 1), 13, None, dict(axis=-3)),
     ((2, 3, 4, 5), 11, None, dict(axis=2)),
     ((3, 9, 5), 13, [0, 2, 1], {}),  # a transposed view: copied, then the native kernel
 ]
@@ -105,6 +107,7 @@ def test_same_bits_at_any_thread_count(monkeypatch):
         ((4, 7), TensorProto.FLOAT, {}, True),  # exact mode: ops-basic's canonical kernel
         ((4, 7), TensorProto.DOUBLE, {}, False),
         ((4, 7, 3), TensorProto.FLOAT, dict(axis=1), False),  # an inner axis (opset 13)
+        ((4, 7, 1, 2), TensorProto.FLOAT, dict(axis=1), False),  # ... an axis of 1 before it
     ],
 )
 def test_fallbacks_to_ops_basic(shape, elem, attrs, exact, monkeypatch):

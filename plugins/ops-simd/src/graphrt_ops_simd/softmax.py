@@ -9,7 +9,9 @@ float32 result, not bit-identical to it.  Rows are spread over the plugin's thre
 inputs; a row's arithmetic is its own, so the thread count never changes the bits.
 
 It takes float32 X where the operator's reduction runs over a contiguous run of each row: from
-opset 13 the last axis, before 13 the trailing axes from ``axis`` on (the 2-D coercion).
+opset 13 the last axis or one followed by axes of 1 only (a classifier's [N, 1000, 1, 1] over
+axis 1: numpy's strided passes took 6.6 us, the native row 1.1), before 13 the trailing axes
+from ``axis`` on (the 2-D coercion).
 Other types, other axes and exact mode are ops-basic's kernel, planned as if this wrapper did
 not exist.
 """
@@ -52,8 +54,8 @@ class Softmax(NativeKernel):
         shape = ctx.shape(0)
         legacy = self.node.opset < 13
         axis = normalize_axis(self.node.attr("axis", 1 if legacy else -1), len(shape))
-        if not legacy and axis != len(shape) - 1:
-            return self.fallback(ctx)
+        if not legacy and math.prod(shape[axis + 1 :]) != 1:
+            return self.fallback(ctx)  # (an inner axis; trailing axes of 1 read as the last)
         ctx.set_output(0, *trial.output_types()[0])
         ctx.prepared = _Plan(math.prod(shape[:axis]), math.prod(shape[axis:]))
 
