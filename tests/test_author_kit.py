@@ -184,7 +184,7 @@ class ExactBug(OpKernel):
         ctx.set_output(0, ctx.dtype(0), (1,))
 
     def run(self, ctx, inputs, outputs):
-        threads = ctx.pool.threads if ctx.pool is not None else 1
+        threads = ctx.threads
         total = np.float32(0)
         for part in np.array_split(inputs[0].reshape(-1), threads):
             total = np.float32(total + np.cumsum(part, dtype=np.float32)[-1])  # in order

@@ -20,9 +20,11 @@ def _blas_threads() -> list[int]:
 
 
 class _RecordThreads(OpKernel):
-    """Splits its work into 16 blocks and records which threads ran them."""
+    """Splits its work into 16 blocks and records which threads ran them, and the thread count
+    its context gave it (what a native library's own threads would be sized to)."""
 
     seen: set = set()
+    told: set = set()
     lock = threading.Lock()
 
     def infer(self, ctx):
@@ -34,12 +36,13 @@ class _RecordThreads(OpKernel):
                 type(self).seen.add(threading.get_ident())
             outputs[0][i::16] = inputs[0][i::16] * 2
 
+        type(self).told.add(ctx.threads)
         ctx.parallel_for(16, block)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_intra_op_threads_are_used_exactly(threads):
-    _RecordThreads.seen = set()
+    _RecordThreads.seen, _RecordThreads.told = set(), set()
     model = make_model(
         [helper.make_node("Rec", ["x"], ["y"], domain="com.t")],
         [tensor("x", shape=[64])],
@@ -54,8 +57,15 @@ def test_intra_op_threads_are_used_exactly(threads):
     for _ in range(20):  # enough blocks for every worker to claim some
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 2)
     assert 1 <= len(_RecordThreads.seen) <= threads
+    assert _RecordThreads.told == {threads}
     if threads == 1:
         assert _RecordThreads.seen == {threading.get_ident()}
+
+
+def test_a_context_outside_a_run_has_one_thread():
+    from graphrt.kernel import KernelContext
+
+    assert KernelContext().threads == 1
 
 
 def test_zero_means_one_thread_per_core():

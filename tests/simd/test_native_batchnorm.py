@@ -4,8 +4,6 @@ thread count, the fallbacks (float64, exact mode, run-time parameters) and bad a
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -249,6 +247,7 @@ def test_scalar_path_fast_mode_falls_back(native_calls):
 
 def test_strided_input_runs_through_a_copy():
     """bind_native's path for a strided X (a view another kernel produced)."""
+    from graphrt.kernel import KernelContext
     from graphrt_ops_simd import batchnorm
 
     path = _fast_path()
@@ -259,7 +258,7 @@ def test_strided_input_runs_through_a_copy():
     y = np.empty(x.shape, F32)
     kernel = object.__new__(batchnorm.BatchNormalization)  # bind_native reads only its isa
     kernel.isa = path
-    ctx = types.SimpleNamespace(prepared=plan, pool=None)
+    ctx = KernelContext(prepared=plan)
     kernel.bind_native(ctx, [x], [y])()
     want = _reference(np.ascontiguousarray(x).reshape(2, 5, 24), s, t, True).reshape(x.shape)
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

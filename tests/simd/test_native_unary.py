@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import graphrt
+from graphrt.kernel import KernelContext
 from tests._models import init, make_model, tensor
 from tests.simd._simd import ALL_PATHS, ISAS, bits, path_or_skip, simd
 from tests.test_exact_math import exact
@@ -322,14 +323,10 @@ def test_strided_views_in_sessions_give_the_same_bits():
         np.testing.assert_array_equal(bits(got), bits(want), err_msg=op)
 
 
-class _Ctx:
-    """The part of a KernelContext the native unary kernels use (two intra-op threads: the
-    blocks of a large tensor are split over the plugin's threads)."""
-
-    pool = types.SimpleNamespace(threads=2)
-
-    def __init__(self, plan) -> None:
-        self.prepared = plan
+def _context(plan) -> KernelContext:
+    """A context of two intra-op threads (the blocks of a large tensor are split over the
+    plugin's threads): a pool that is never asked to run anything."""
+    return KernelContext(plan, pool=types.SimpleNamespace(threads=2))
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
@@ -352,5 +349,5 @@ def test_strided_operands_are_copied_not_misread(isa):
             x_in_place = base.copy()[::2]
             cases["in place"] = (x_in_place, x_in_place)
             for case, (x, out) in cases.items():
-                kernel.bind(_Ctx(plan), [x], [out])()
+                kernel.bind(_context(plan), [x], [out])()
                 np.testing.assert_array_equal(bits(out), bits(want), err_msg=f"{op} {case}")

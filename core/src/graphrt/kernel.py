@@ -501,6 +501,13 @@ class KernelContext:
         if self.limits is not None:
             self.limits.reserve(nbytes, self.node, what)
 
+    @property
+    def threads(self) -> int:
+        """How many intra-op threads a kernel may split its work over (a native library's own
+        threads sized to match): the session's ``intra_op_threads``, 1 outside a run.  As with
+        :meth:`parallel_for`, results must not depend on it."""
+        return getattr(self.pool, "threads", 1)
+
     def parallel_for(self, n: int, fn: Callable[[int], None]) -> None:
         """Call ``fn(i)`` for i in range(n), split over the intra-op threads.
 

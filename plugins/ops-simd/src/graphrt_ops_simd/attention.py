@@ -113,5 +113,5 @@ class Attention(NativeKernel):
         mask = None
         if p.mask_shape is not None:
             mask = inputs[3].reshape(p.mask_shape)
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         return functools.partial(_native.attention, q, k, v, mask, y, p.scale, self.isa, threads)

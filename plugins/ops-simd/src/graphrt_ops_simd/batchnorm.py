@@ -96,7 +96,7 @@ class BatchNormalization(NativeKernel):
     ) -> Callable[[], None]:
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         # (a ChannelAffineCall checks its arguments once, per run state)
         return contiguous_call(
             x,

@@ -189,7 +189,7 @@ class Conv(NativeKernel):
         bias = p.bias
         if bias is None and len(inputs) > 2 and inputs[2] is not None:
             bias = np.ascontiguousarray(inputs[2], dtype=F32)
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         ctx.reserve(p.work_bytes * threads, "the native depthwise work buffer (one per thread)")
         return _native.DepthwiseCall(
             x, p.weight, bias, outputs[0], p.strides, p.dilations, p.pads, p.activation,

@@ -245,7 +245,7 @@ def conv_call(
     if bias is None and len(inputs) > 2 and inputs[2] is not None:
         bias = np.ascontiguousarray(inputs[2], dtype=F32)
     buf = ctx.scratch[work] if work is not None else np.empty(0, F32)
-    threads = getattr(ctx.pool, "threads", 1)
+    threads = ctx.threads
     return _native.ConvCall(native, inputs[0], buf, y, bias, activation, threads, z)
 
 

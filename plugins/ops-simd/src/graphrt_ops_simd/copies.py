@@ -57,7 +57,7 @@ class Concat(NativeKernel):
             return _nothing
         if not out.flags.c_contiguous or not all(x.flags.c_contiguous for x in xs):
             return functools.partial(np.concatenate, xs, axis=p.axis, out=out)
-        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
+        threads = ctx.threads if p.split else 1
         return functools.partial(_native.concat, xs, out, p.axis, threads)
 
 

@@ -86,7 +86,7 @@ def _unary_call(
 ) -> Callable[[], None]:
     """One native call; a tensor of several blocks runs them on the plugin's own threads.
     Gelu (fast mode only: it has no exact kernel) runs on fast_math.inc's rational erf."""
-    threads = getattr(ctx.pool, "threads", 1) if p.blocks > 1 else 1
+    threads = ctx.threads if p.blocks > 1 else 1
     if fn == "gelu":
         return functools.partial(_native.unary_fast, fn, x, out, isa, 0, p.n, threads)
     return functools.partial(_native.unary, fn, x, out, isa, 0, p.n, threads)

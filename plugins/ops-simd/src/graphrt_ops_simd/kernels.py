@@ -208,7 +208,7 @@ class NativeProduct(NativeKernel):
             calls.append(functools.partial(np.copyto, b, p.b_half))
         out = outputs[0].reshape(p.out_shape)
         m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         if p.rows_flat:  # explicit extents: reshape(-1, 0) is ambiguous when K or N is 0
             rows = math.prod(p.a_shape[:-1])
             a2, out2 = a.reshape(rows, k), out.reshape(rows, n)

@@ -84,7 +84,7 @@ class LayerNormalization(NativeKernel):
     ) -> Callable[[], None]:
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
-        args = (p.scale, p.bias, p.eps, self.isa, getattr(ctx.pool, "threads", 1))
+        args = (p.scale, p.bias, p.eps, self.isa, ctx.threads)
         return contiguous_call(
             x, y, (p.rows, p.size), lambda a, b: functools.partial(_native.layer_norm, a, b, *args)
         )

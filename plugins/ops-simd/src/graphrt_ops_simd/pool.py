@@ -93,7 +93,7 @@ class _NativePool(NativeKernel):
         x, y = inputs[0], outputs[0]
         if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
             return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
-        threads = getattr(ctx.pool, "threads", 1) if p.split else 1
+        threads = ctx.threads if p.split else 1
         # counted against the session's memory budget (up to 256 MiB a thread by the native bound)
         ctx.reserve(p.work_bytes * threads + p.divisor_bytes, self.reserved)
         call = self.native_call(x, y, p, threads)  # arguments checked once, here
@@ -193,7 +193,7 @@ class GlobalAveragePool(NativeKernel):
         x = inputs[0]
         if not x.flags.c_contiguous:  # a strided view: one contiguous copy per run
             return functools.partial(_contiguous_x, self, ctx, inputs, outputs)
-        threads = getattr(ctx.pool, "threads", 1) if ctx.prepared.split else 1
+        threads = ctx.threads if ctx.prepared.split else 1
         return _native.GlobalAvgPoolCall(x, outputs[0], self.isa, threads)
 
 

@@ -181,7 +181,7 @@ class _NativeIntegerConv(NativeKernel):
             )
             calls.append(functools.partial(_gather, last, view_shape, view_strides, cols))
         acc = ctx.scratch[p.acc]
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         mg = p.m // p.group
         for gi, packed in enumerate(p.packed):
             a = cols[:, gi * p.k : (gi + 1) * p.k]

@@ -127,7 +127,7 @@ class _NativeIntegerProduct(NativeKernel):
         a_zero = p.a_zero
         if p.a_zero_input is not None:
             a_zero = inputs[p.a_zero_input].reshape(1)
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         out2 = out.reshape(p.rows, p.n)
         if a.size and not np.may_share_memory(a, x):  # the reshape copied: again every run
             return functools.partial(_copying_call, x, p, out2, a_zero, threads)

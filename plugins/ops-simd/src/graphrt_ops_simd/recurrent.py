@@ -137,7 +137,7 @@ class Recurrent(NativeKernel):
             packed = ctx.scratch[p.packed_scratch]
             weights = [ins[i] if i != 7 or lstm else None for i in WEIGHTS]
             calls.append(functools.partial(p.native.pack, *weights, packed))
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         run = functools.partial(
             p.native.run, packed, ins[0], lens, ins[5], ins[6] if lstm else None, y, yh, yc,
             ctx.scratch[p.work], threads,

@@ -64,7 +64,7 @@ class Softmax(NativeKernel):
     ) -> Callable[[], None]:
         p: _Plan = ctx.prepared
         x, y = inputs[0], outputs[0]
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         if p.rows * p.size == 0:
             return _nothing
         return contiguous_call(

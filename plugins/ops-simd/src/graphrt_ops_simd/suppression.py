@@ -49,7 +49,7 @@ class NonMaxSuppression(OpKernel):
             boxes = np.require(boxes, requirements="A")
         if not scores.flags.aligned:
             scores = np.require(scores, requirements="A")
-        threads = getattr(ctx.pool, "threads", 1)
+        threads = ctx.threads
         floor = None if floor is None else float(floor)
         selected = _native.nms(
             boxes, scores, limit, float(iou), floor, self.base.center, self.isa, threads
