@@ -129,6 +129,24 @@ def test_fast_rows_split_gives_the_same_bits(isa):
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
+def test_fast_products_of_any_row_count_have_the_bits_of_those_rows_in_whole_tiles(isa):
+    """A last tile of mr < MR rows computes those rows only (into C, or through the edge buffer
+    for partial columns): every row count up to past two tiles on every ISA gives each row
+    the bits it has in a product of many rows."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(12)
+    a, b, bias = _rand(rng, 48, 300), _rand(rng, 300, 70), _rand(rng, 70)
+    packed = simd.pack_b(b, isa)
+    kw = {"bias": bias, "bias_axis": "col", "activation": "relu"}
+    whole = np.empty((48, 70), np.float32)
+    simd.gemm(a, packed, whole, **kw)
+    for m in range(4, 34):
+        part = np.full((m, 70), np.nan, np.float32)
+        simd.gemm(a[:m], packed, part, **kw)
+        np.testing.assert_array_equal(bits(part), bits(whole[:m]), err_msg=f"{m} rows")
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(("act", "axis"), [("relu", "col"), ("none", "row"), ("none", None)])
 @pytest.mark.parametrize(("k", "n"), [(2048, 10), (1030, 200), (300, 129), (17, 1)])
 def test_fast_rows_of_a_short_product_have_the_bits_of_the_same_rows_in_tiles(isa, act, axis, k, n):

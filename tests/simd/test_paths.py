@@ -227,10 +227,10 @@ def test_matmul_exact_bits_and_fast_values(path, case, threads, native_calls):
 
 
 def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
-    """Default thresholds: tiny products, products of many rows and of one to three rows run
-    natively; a large product of a few more rows stays on numpy on avx2 and runs natively on
-    avx512 (where the packed product beat OpenBLAS at every row count); the scalar path's fast
-    mode never runs natively."""
+    """Default thresholds: tiny products, products of many rows, of one to three rows and of
+    2^20 multiply-adds and more run natively; a mid-size product of a few more rows stays on
+    numpy on avx2 and runs natively on avx512 (from 8 rows); the scalar path's fast mode never
+    runs natively."""
     import graphrt_ops_simd.kernels as kernels
 
     calls = []
@@ -238,18 +238,17 @@ def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
     monkeypatch.setattr(
         kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
     )
-    for shape in ((4, 24), (128, 256), (32, 1024)):
+    # (4, 8192) @ (8192, 32): 2^20 multiply-adds, four rows
+    for shape in ((4, 24), (128, 256), (32, 256), (4, 8192)):
         model, feed = _matmul_model(shape, (shape[1], 32), True)
         for path in ALL_PATHS:
             if path not in ISAS:
                 continue
             calls.clear()
             _session(model, path).run(None, feed)
-            macs = shape[0] * shape[1] * 32
-            rows = kernels.FAST_MIN_ROWS[path]
-            native = macs <= kernels.FAST_MAX_MACS[path] or (rows is not None and shape[0] >= rows)
+            native = kernels.fast_native(path, shape[0] * shape[1] * 32, shape[0], 0)
             assert bool(calls) == native, (path, shape)
-            expected = {"scalar": False, "avx512": True}.get(path, shape != (32, 1024))
+            expected = {"scalar": False, "avx512": True}.get(path, shape != (32, 256))
             assert native == expected, (path, shape)
     # a matrix-vector product (and up to three rows) runs natively a row at a time, except on
     # the scalar path

@@ -6,10 +6,12 @@ output types are the table's, word for word), then decides per plan:
 
 * exact mode, float32: the native exact GEMM (canonical order, bit-identical to
   ``graphrt_ops_basic.matmul.exact_matmul``) for every MatMul and Gemm it can address;
-* fast mode, float32, constant B, products up to ``FAST_MAX_MACS[isa]`` multiply-adds: the
-  native packed GEMM with B packed once per plan and Gemm's alpha and bias folded into the
-  epilogue; numpy's BLAS wins on larger products (bench/gemm_micro.py,
-  plugins/ops-simd/README.md), so those stay on the numpy kernel;
+* fast mode, float32, constant B: the native packed GEMM with B packed once per plan and
+  Gemm's alpha and bias folded into the epilogue, for tiny products (``FAST_MAX_MACS[isa]``),
+  products of many rows (``FAST_MIN_ROWS``), of one to three rows and large ones
+  (``FAST_VECTOR_MAX_ROWS``, ``FAST_MIN_MACS``, B up to ``FAST_VECTOR_MAX_B_BYTES``); in
+  between numpy's BLAS was as fast (bench/gemm_micro.py, plugins/ops-simd/README.md), so
+  those stay on the numpy kernel;
 * anything else (other dtypes, run-time B in fast mode, ...): the numpy kernel, planned on the
   real context as if this wrapper did not exist.
 
@@ -60,6 +62,13 @@ FAST_MIN_ROWS = {"scalar": None, "avx2": 128, "avx512": 8}
 #: classifier's first layer (light_vgg19's 25088 x 4096, 392 MiB) would double its weight.
 FAST_VECTOR_MAX_ROWS = {"scalar": 0, "avx2": 3, "avx512": 3}
 FAST_VECTOR_MAX_B_BYTES = 32 << 20
+#: ... and from this many multiply-adds at any row count, B within FAST_VECTOR_MAX_B_BYTES too
+#: (one thread, Zen 4, native / its OpenBLAS: avx2 16 x 512 @ 512 x 512 76 / 117 us, 8 x 256 @
+#: 256 x 512 24 / 40, 4 x 512 @ 512 x 512 22 / 73, 64 x 128 @ 128 x 128 23 / 24; avx512 4 x 512
+#: @ 512 x 512 19 / 59; below, 32 x 128 @ 128 x 128 and 96 x 64 @ 64 x 64 lost on avx2, 12 /
+#: 11 and 10 / 9): on avx2 an MLP at batch 16 had stayed on numpy (bench/bench_interleaved.py's
+#: mlp: 1.42x onnxruntime).
+FAST_MIN_MACS = {"scalar": None, "avx2": 1 << 20, "avx512": 1 << 20}
 F32 = np.dtype(np.float32)
 
 NumpyFactory = Callable[[NodeInfo], OpKernel]
@@ -303,11 +312,15 @@ def _indexed(parts: list[Callable[[], Any]]) -> Callable[[int], None]:
 
 def fast_native(isa: str, macs: int, rows: int, b_bytes: int) -> bool:
     """Whether fast mode takes the native GEMM for a product with a constant B."""
-    least = FAST_MIN_ROWS.get(isa)
+    least, large = FAST_MIN_ROWS.get(isa), FAST_MIN_MACS.get(isa)
+    few_rows = rows <= FAST_VECTOR_MAX_ROWS.get(isa, 0)
     return (
         macs <= FAST_MAX_MACS.get(isa, 0)
         or (least is not None and rows >= least)
-        or (rows <= FAST_VECTOR_MAX_ROWS.get(isa, 0) and b_bytes <= FAST_VECTOR_MAX_B_BYTES)
+        or (
+            (few_rows or (large is not None and macs >= large))
+            and b_bytes <= FAST_VECTOR_MAX_B_BYTES
+        )
     )
 
 
