@@ -61,14 +61,6 @@ struct PoolLanes {
                                               29, 31);
         return _mm512_permutex2var_ps(a, idx, b);
     }
-    // Whether a NaN was seen: f, or a NaN in a lane of a or b (planes_threes_s2_plain's plain
-    // rows: avx2's alone run them, but pool_driver.inc names these on every path)
-    using Flags = __mmask16;
-    static inline Flags no_nan() { return 0; }
-    static inline Flags note_nan(Flags f, __m512 a, __m512 b) {
-        return static_cast<Flags>(f | _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q));
-    }
-    static inline bool any_nan(Flags f) { return f != 0; }
     // AveragePool's partial vectors: lanes [0, n) of p, n < 16 (masked lanes are never touched)
     static inline __m512 load_n(const float* p, int64_t n) {
         return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);

@@ -126,15 +126,6 @@ struct U {
 struct PoolLanes {
     static inline UF even(UF a, UF b) { return UF{a[0], a[2], b[0], b[2]}; }
     static inline UF odd(UF a, UF b) { return UF{a[1], a[3], b[1], b[3]}; }
-    // Whether a NaN was seen: f, or a NaN in a lane of a or b (planes_threes_s2_plain's plain
-    // rows: avx2's alone run them, but pool_driver.inc names these on every path)
-    using Flags = bool;
-    static inline Flags no_nan() { return false; }
-    static inline Flags note_nan(Flags f, UF a, UF b) {
-        for (int i = 0; i < UW; ++i) f = f || a[i] != a[i] || b[i] != b[i];
-        return f;
-    }
-    static inline bool any_nan(Flags f) { return f; }
     // AveragePool's partial vectors: lanes [0, n) of p, n < 4 (the others zero, untouched)
     static inline UF load_n(const float* p, int64_t n) {
         UF r = {0.0f, 0.0f, 0.0f, 0.0f};
