@@ -147,6 +147,26 @@ def test_fast_products_of_any_row_count_have_the_bits_of_those_rows_in_whole_til
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("k", [1024, 2048])
+def test_fast_rows_4_kib_apart_have_the_bits_of_the_same_rows_further_apart(isa, k):
+    """A whose rows lie 4 KiB apart runs shorter row tiles (the L1 cache's sets): the same
+    values with a wider row stride, hence whole tiles, must give the same bits."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(k)
+    a, b, bias = _rand(rng, 40, k), _rand(rng, k, 70), _rand(rng, 70)
+    wide = np.zeros((40, k + 16), np.float32)
+    wide[:, :k] = a
+    packed = simd.pack_b(b, isa)
+    kw = {"bias": bias, "bias_axis": "col", "activation": "relu"}
+    aliased, apart = np.empty((40, 70), np.float32), np.empty((40, 70), np.float32)
+    simd.gemm(a, packed, aliased, **kw)
+    simd.gemm(wide[:, :k], packed, apart, **kw)
+    np.testing.assert_array_equal(bits(aliased), bits(apart))
+    ref = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    np.testing.assert_allclose(aliased, ref, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(("act", "axis"), [("relu", "col"), ("none", "row"), ("none", None)])
 @pytest.mark.parametrize(("k", "n"), [(2048, 10), (1030, 200), (300, 129), (17, 1)])
 def test_fast_rows_of_a_short_product_have_the_bits_of_the_same_rows_in_tiles(isa, act, axis, k, n):
