@@ -19,10 +19,10 @@ PATHS = ("numpy", *ALL_PATHS)
 
 @pytest.fixture
 def native_calls(monkeypatch) -> collections.Counter:
-    """Counts the native GEMM calls; fast mode takes the native GEMM for every size."""
+    """Counts the native GEMM calls; fast mode takes the native GEMM on every path."""
     import graphrt_ops_simd.kernels as kernels
 
-    monkeypatch.setattr(kernels, "FAST_MAX_MACS", dict.fromkeys(ALL_PATHS, 1 << 40))
+    monkeypatch.setattr(kernels, "FAST_NATIVE", dict.fromkeys(ALL_PATHS, True))
     calls: collections.Counter = collections.Counter()
     real_exact = kernels._native.gemm_exact
 
@@ -226,11 +226,9 @@ def test_matmul_exact_bits_and_fast_values(path, case, threads, native_calls):
             assert (native_calls["gemm"] > 0) == native
 
 
-def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
-    """Default thresholds: tiny products, products of many rows, of one to three rows and of
-    2^20 multiply-adds and more run natively; a mid-size product of a few more rows stays on
-    numpy on avx2 and runs natively on avx512 (from 8 rows); the scalar path's fast mode never
-    runs natively."""
+def test_fast_mode_takes_the_native_gemm_on_vector_paths(monkeypatch):
+    """Default rule: on avx2 and avx512 every fast product with a constant B runs natively,
+    tiny, few-row, mid-size and many-row alike; the scalar path's fast mode never does."""
     import graphrt_ops_simd.kernels as kernels
 
     calls = []
@@ -238,34 +236,56 @@ def test_fast_mode_keeps_blas_where_it_wins(monkeypatch):
     monkeypatch.setattr(
         kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
     )
-    # (4, 8192) @ (8192, 32): 2^20 multiply-adds, four rows
-    for shape in ((4, 24), (128, 256), (32, 256), (4, 8192)):
+    for shape in ((4, 24), (128, 256), (32, 256), (4, 8192), (16, 128)):
         model, feed = _matmul_model(shape, (shape[1], 32), True)
         for path in ALL_PATHS:
             if path not in ISAS:
                 continue
             calls.clear()
             _session(model, path).run(None, feed)
-            native = kernels.fast_native(path, shape[0] * shape[1] * 32, shape[0], 0)
+            native = kernels.fast_native(path, shape[0], shape[1] * 32 * 4)
             assert bool(calls) == native, (path, shape)
-            expected = {"scalar": False, "avx512": True}.get(path, shape != (32, 256))
-            assert native == expected, (path, shape)
-    # a matrix-vector product (and up to three rows) runs natively a row at a time, except on
-    # the scalar path
+            assert native == (path != "scalar"), (path, shape)
+    # a matrix-vector product (and up to three rows: a row at a time) and four rows alike
     for rows in (1, 3, 4):
         model, feed = _matmul_model((rows, 2048), (2048, 10), True)
         for path in ISAS:
             calls.clear()
             _session(model, path).run(None, feed)
-            native = path != "scalar" and rows <= kernels.FAST_VECTOR_MAX_ROWS[path]
-            assert bool(calls) == native, (path, rows)
-    # ... unless B is too large to hold twice (its packed copy beside the model's)
+            assert bool(calls) == (path != "scalar"), (path, rows)
+    # ... unless B is too large to hold twice (its packed copy beside the model's) under
+    # fewer than FAST_ANY_B_ROWS rows
     monkeypatch.setattr(kernels, "FAST_VECTOR_MAX_B_BYTES", 2048 * 10 * 4 - 1)
-    model, feed = _matmul_model((1, 2048), (2048, 10), True)
-    for path in ISAS:
-        calls.clear()
-        _session(model, path).run(None, feed)
-        assert not calls, path
+    for rows in (1, 7, 8):
+        model, feed = _matmul_model((rows, 2048), (2048, 10), True)
+        for path in ISAS:
+            calls.clear()
+            _session(model, path).run(None, feed)
+            assert bool(calls) == (path != "scalar" and rows >= kernels.FAST_ANY_B_ROWS), path
+
+
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
+def test_fast_products_of_few_rows_split_their_columns_over_threads(path, monkeypatch):
+    """A fast native product of up to a row block (64 rows) from PARALLEL_THRESHOLD
+    multiply-adds on gives its threads to gemm's column chunks (an MLP at batch 16), below it
+    runs on one; the bits are those of a one-thread session."""
+    path_or_skip(path)
+    import graphrt_ops_simd.kernels as kernels
+
+    threads_of = []
+    real = kernels._native.GemmCall
+    monkeypatch.setattr(
+        kernels._native,
+        "GemmCall",
+        counting_gemm_call(real, lambda args: threads_of.append(args[11])),
+    )
+    for k, split in ((512, 2), (511, 1)):  # 16 x k @ k x 256: 2^21 multiply-adds at 512
+        model, feed = _matmul_model((16, k), (k, 256), True)
+        one = _session(model, path).run(None, feed)[0]
+        threads_of.clear()
+        two = _session(model, path, intra_op_threads=2).run(None, feed)[0]
+        assert threads_of == [split], k
+        np.testing.assert_array_equal(bits(two), bits(one))
 
 
 @pytest.mark.parametrize("path", ALL_PATHS)

@@ -6,12 +6,10 @@ output types are the table's, word for word), then decides per plan:
 
 * exact mode, float32: the native exact GEMM (canonical order, bit-identical to
   ``graphrt_ops_basic.matmul.exact_matmul``) for every MatMul and Gemm it can address;
-* fast mode, float32, constant B: the native packed GEMM with B packed once per plan and
-  Gemm's alpha and bias folded into the epilogue, for tiny products (``FAST_MAX_MACS[isa]``),
-  products of many rows (``FAST_MIN_ROWS``), of one to three rows and large ones
-  (``FAST_VECTOR_MAX_ROWS``, ``FAST_MIN_MACS``, B up to ``FAST_VECTOR_MAX_B_BYTES``); in
-  between numpy's BLAS was as fast (bench/gemm_micro.py, plugins/ops-simd/README.md), so
-  those stay on the numpy kernel;
+* fast mode, float32, constant B, avx2 and avx512: the native packed GEMM with B packed once
+  per plan and Gemm's alpha and bias folded into the epilogue (``FAST_NATIVE``), except for a
+  product of a few rows whose B is too large to hold a packed copy of beside it
+  (``FAST_ANY_B_ROWS``, ``FAST_VECTOR_MAX_B_BYTES``);
 * anything else (other dtypes, run-time B in fast mode, ...): the numpy kernel, planned on the
   real context as if this wrapper did not exist.
 
@@ -41,34 +39,27 @@ from . import _native
 ROW_BLOCK = 64
 #: Multiply-adds from which a product is split over the intra-op threads.
 PARALLEL_THRESHOLD = 1 << 21
-#: Fast mode uses a path's native GEMM up to this many multiply-adds (a constant B packed once
-#: per plan); above it numpy's BLAS (OpenBLAS) was as fast or faster on every measured shape
-#: (plugins/ops-simd/README.md).  The scalar kernels never beat BLAS: that path is for exact
-#: mode, and its fast mode keeps numpy's products.
-FAST_MAX_MACS = {"scalar": 0, "avx2": 1 << 14, "avx512": 1 << 13}
-#: ... and from this many rows of A (-O3 build: 1.03-1.14x of OpenBLAS on the BERT-like
-#: 128-row products, bench/gemm_micro.py).  With two or more intra-op threads this matters
-#: more: concurrent OpenBLAS calls from several threads did not run any faster than one
-#: (128x256 @ 256x1024: 89 ms for 200 calls on one thread, 92 ms on two), while the native
-#: kernel's row blocks scale.
-#: On avx512 (Zen 4) the packed product beat OpenBLAS 1.6-2.1x on every shape of
-#: bench/gemm_micro.py (4 x 24 @ 24 x 32 to 128 x 1024 @ 1024 x 256) and 1.3-1.6x from 8
-#: rows on narrow heads (8 x 1024 @ 1024 x 10, 16 x 256 @ 256 x 10).
-FAST_MIN_ROWS = {"scalar": None, "avx2": 128, "avx512": 8}
-#: ... and up to this many rows, where the native GEMM runs a row at a time over several panels
-#: of B (gemm_rows.inc, VECTOR_MAX_ROWS; avx512, one thread: 1 x 2048 @ 2048 x 10 2.5 us, numpy
-#: 4.4; 1 x 1024 @ 1024 x 1000 44, numpy 51; 3 x 1000 @ 1000 x 33 4.3, numpy 4.6; avx2 alike),
-#: with B up to FAST_VECTOR_MAX_B_BYTES: the packed copy is held beside the model's own B, and a
-#: classifier's first layer (light_vgg19's 25088 x 4096, 392 MiB) would double its weight.
-FAST_VECTOR_MAX_ROWS = {"scalar": 0, "avx2": 3, "avx512": 3}
+#: Whether fast mode takes a path's native GEMM for products with a constant B (packed once
+#: per plan, Gemm's alpha, bias and Relu in its epilogue).  The scalar kernels never beat BLAS:
+#: that path is for exact mode, and its fast mode keeps numpy's products.  On avx2 and avx512
+#: the packed product is ahead of numpy's OpenBLAS (its AVX-512 kernels, on the Zen 4 these
+#: were measured on) at every shape measured, one thread, native / numpy microseconds, B
+#: contiguous as the numpy kernel holds it: 4 to 127 rows of (K, N) = (1024, 10), (512, 10),
+#: (256, 10), (1024, 32), (256, 64), (128, 128), (64, 64), (2048, 100), (768, 768), e.g. avx2
+#: 16 x 128 @ 128 x 128 4.8 / 6.2, 5 x 2048 @ 2048 x 100 21 / 58, 64 x 1024 @ 1024 x 32 37 /
+#: 48, 96 x 1024 @ 1024 x 10 28.1 / 28.0 (the closest); 128-row products 1.1-1.25x ahead
+#: (bench/gemm_micro.py); one to three rows run a row at a time over several panels of B
+#: (gemm_rows.inc, VECTOR_MAX_ROWS; avx512 1 x 1024 @ 1024 x 1000 44 us, numpy 51).
+FAST_NATIVE = {"scalar": False, "avx2": True, "avx512": True}
+#: Products of fewer rows than this keep numpy's product when B is larger than
+#: FAST_VECTOR_MAX_B_BYTES: the packed copy is held beside the model's own B, and a
+#: classifier's first layer at batch 1 (light_vgg19's 25088 x 4096, 392 MiB) would double its
+#: weight.
+FAST_ANY_B_ROWS = 8
 FAST_VECTOR_MAX_B_BYTES = 32 << 20
-#: ... and from this many multiply-adds at any row count, B within FAST_VECTOR_MAX_B_BYTES too
-#: (one thread, Zen 4, native / its OpenBLAS: avx2 16 x 512 @ 512 x 512 76 / 117 us, 8 x 256 @
-#: 256 x 512 24 / 40, 4 x 512 @ 512 x 512 22 / 73, 64 x 128 @ 128 x 128 23 / 24; avx512 4 x 512
-#: @ 512 x 512 19 / 59; below, 32 x 128 @ 128 x 128 and 96 x 64 @ 64 x 64 lost on avx2, 12 /
-#: 11 and 10 / 9): on avx2 an MLP at batch 16 had stayed on numpy (bench/bench_interleaved.py's
-#: mlp: 1.42x onnxruntime).
-FAST_MIN_MACS = {"scalar": None, "avx2": 1 << 20, "avx512": 1 << 20}
+#: Products of at most this many rows (the row-at-a-time kernel) split their columns over the
+#: plugin's threads from ops-basic's COL_SPLIT_THRESHOLD on.
+FAST_VECTOR_MAX_ROWS = {"scalar": 0, "avx2": 3, "avx512": 3}
 F32 = np.dtype(np.float32)
 
 NumpyFactory = Callable[[NodeInfo], OpKernel]
@@ -232,7 +223,10 @@ class NativeProduct(NativeKernel):
                 and rows * n * k >= COL_SPLIT_THRESHOLD
                 and n > COL_BLOCK
             )
-            split = threads if p.blocks > 1 or (few and not p.exact) else 1
+            # and so does a fast product of up to ROW_BLOCK rows from PARALLEL_THRESHOLD on:
+            # gemm's column chunks (an MLP at batch 16, 16 x 512 @ 512 x 512, had run on one)
+            wide = not p.exact and rows * n * k >= PARALLEL_THRESHOLD
+            split = threads if p.blocks > 1 or (few and not p.exact) or wide else 1
             parts = [self._call(p, a2, b2, out2, lo, hi, split) for lo, hi in bounds]
         else:
             a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
@@ -310,17 +304,10 @@ def _indexed(parts: list[Callable[[], Any]]) -> Callable[[int], None]:
     return one
 
 
-def fast_native(isa: str, macs: int, rows: int, b_bytes: int) -> bool:
+def fast_native(isa: str, rows: int, b_bytes: int) -> bool:
     """Whether fast mode takes the native GEMM for a product with a constant B."""
-    least, large = FAST_MIN_ROWS.get(isa), FAST_MIN_MACS.get(isa)
-    few_rows = rows <= FAST_VECTOR_MAX_ROWS.get(isa, 0)
-    return (
-        macs <= FAST_MAX_MACS.get(isa, 0)
-        or (least is not None and rows >= least)
-        or (
-            (few_rows or (large is not None and macs >= large))
-            and b_bytes <= FAST_VECTOR_MAX_B_BYTES
-        )
+    return FAST_NATIVE.get(isa, False) and (
+        rows >= FAST_ANY_B_ROWS or b_bytes <= FAST_VECTOR_MAX_B_BYTES
     )
 
 
@@ -348,9 +335,7 @@ class MatMul(NativeProduct):
         rows_flat = len(b2) == 2
         rows = math.prod(a2[:-1]) if rows_flat else m
         if not ctx.exact and (
-            b_value is None
-            or not rows_flat
-            or not fast_native(self.isa, macs, rows, b_value.nbytes)
+            b_value is None or not rows_flat or not fast_native(self.isa, rows, b_value.nbytes)
         ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out)
@@ -402,9 +387,7 @@ class Gemm(NativeProduct):
         b_value = ctx.known_value(1)
         if ctx.exact and b_value is None and tb:
             return self.fallback(ctx)  # the exact kernel reads rows of B'; B.T has none
-        if not ctx.exact and (
-            b_value is None or not fast_native(self.isa, macs, m, b_value.nbytes)
-        ):
+        if not ctx.exact and (b_value is None or not fast_native(self.isa, m, b_value.nbytes)):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, (m, n))
         alpha = F32.type(self.node.attr("alpha", 1.0))
