@@ -184,26 +184,32 @@ def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("m", [128, 80])
-def test_deep_windows_run_quads_in_depth_blocks(isa, stride, m):
+@pytest.mark.parametrize("k", [3, 1])
+def test_deep_windows_run_quads_in_depth_blocks(isa, stride, m, k):
     """A window too deep for four channel vectors' weights in the lanes kernel's budget (350
     channels x 3 x 3: 3150 steps, two blocks on avx512) runs its quads (avx2: pairs of 8
     channels, deeper still to need blocks) in depth blocks, the partial sums kept between
     them (chunks of four channel vectors; with 80 channels the fifth runs whole): the float64
     values, and the same bits as one unit at a time and as the direct kernel (the whole depth
-    in registers), since each output's chain of multiply-adds is unchanged."""
+    in registers), since each output's chain of multiply-adds is unchanged.  1x1 windows step
+    from plane to plane without an offset table (uniform_step), each block from its own."""
     path_or_skip(isa)
     # avx2's pairs hold 2 x 8 channels' weights: blocks from 768 KiB / 64 B = 12288 steps
-    c, h, w, k = (350, 6, 20, 3) if isa == "avx512" else (1400, 4, 12, 3)
-    out = [(h + 2 - k) // stride + 1, (w + 2 - k) // stride + 1]
-    g = dict(group=1, strides=[stride] * 2, dilations=[1, 1], pads=[1, 1], out=out, act="relu")
+    deep = {(3, "avx512"): 350, (3, "avx2"): 1400, (1, "avx512"): 3200, (1, "avx2"): 12800}
+    c = deep[k, isa]
+    h, w = (6, 20) if isa == "avx512" else (4, 12)
+    pad = k // 2
+    out = [(h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1]
+    g = dict(group=1, strides=[stride] * 2, dilations=[1, 1], pads=[pad] * 2, out=out)
+    g["act"] = "relu"
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, c, h, w)).astype(F32)
     wt = rng.standard_normal((m, c, k, k)).astype(F32)
     b = rng.standard_normal(m).astype(F32)
     z = rng.standard_normal((1, m, *out)).astype(F32)
-    want = np.maximum(reference(x, wt, b, 1, g["strides"], [1, 1], [1, 1], out) + z, 0)
+    want = np.maximum(reference(x, wt, b, 1, g["strides"], [1, 1], [pad] * 2, out) + z, 0)
     lanes = _run(isa, g, x, wt, b, split=False, kernel="lanes", z=z)
-    np.testing.assert_allclose(lanes, want, rtol=1e-4, atol=1e-3 * c)
+    np.testing.assert_allclose(lanes, want, rtol=1e-4, atol=1e-3 * c * k * k / 9)
     split = _run(isa, g, x, wt, b, split=True, kernel="lanes", z=z)
     np.testing.assert_array_equal(bits(split), bits(lanes))
     if stride == 1:
