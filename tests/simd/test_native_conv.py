@@ -688,8 +688,9 @@ AUTO_CHOICES_AVX512 = [
     ((3, 96, 224, 224, 11), (4, 4), "lanes"),  # ... nor stride 4
 ]
 #: ... and avx2's own: 8-channel lanes for windows above 1x1 from a depth of 400 (strided: 32),
-#: packed columns for 1x1 kernels (stream for at most 24 channels) and for large images with 128
-#: channels and more.
+#: packed columns for 1x1 kernels (stream for at most 24 channels, lanes for squeezes, for one
+#: position and for few positions off whole tiles) and for large images with 128 channels and
+#: more.
 AUTO_CHOICES_AVX2 = [
     ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 16 channels and more, 2**24 MACs
     ((224, 224, 7, 7, 3), (1, 1), "winograd"),  # ... on one whole panel of 16 tiles
@@ -718,7 +719,10 @@ AUTO_CHOICES_AVX2 = [
     ((64, 16, 55, 55, 1), (1, 1), "lanes"),
     ((512, 64, 14, 14, 1), (1, 1), "lanes"),  # ... of 64 channels on small maps only
     ((192, 64, 28, 28, 1), (1, 1), "packed"),
-    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # not channels in lanes
+    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # not channels in lanes under 4 MiB of weights
+    ((512, 128, 7, 7, 1), (1, 1), "lanes"),  # ... but under 2 MiB on 49 positions
+    ((256, 256, 8, 8, 1), (1, 1), "packed"),  # ... not on 64: whole tiles of 16 positions
+    ((2048, 1000, 1, 1, 1), (1, 1), "lanes"),  # ... and on one position, under any weight
     ((1024, 2048, 14, 14, 1), (2, 2), "packed"),
 ]
 

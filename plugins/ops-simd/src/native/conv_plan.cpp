@@ -64,13 +64,25 @@ constexpr int64_t LANES_MIN_DEPTH = 32;
 // 288: 1.14 against the direct kernel's 1.11, 16->64 on 55 x 55, 144: 1.25, 1.13) and for
 // strided windows of the avx512 bound (7x7/2 3->64, 147 deep: 2.62, packed 2.80; 3x3/2 3->64,
 // 27 deep: 0.81, packed 0.56); 1x1 kernels pack their columns (on 7 x 7 maps lanes lost,
-// 512->2048: 1.46 against 1.27 ms) and read x in place (stream) only for very few output
-// channels: stream lost to packed columns on every 1x1 layer of light_resnet50 (256->128 on
-// 56 x 56: 2.71 against 2.03 ms; 6-channel tiles share a packed panel well) and on
-// light_squeezenet's 256->32 on 27 x 27 (0.167, 0.156), but won where three tiles of 6 hold
-// 16 channels (64->16 on 55 x 55: 0.091, 0.104; inception_v1's 192->16 on 27 x 27: 0.065,
-// 0.074) and tied at 24 (512->24 on 13 x 13: 0.115, 0.116).
+// 512->2048: 1.46 against 1.27 ms, and still do under 4 MiB of weights, below) and read x
+// in place (stream) only for very few output channels: stream lost to packed columns on
+// every 1x1 layer of light_resnet50 (256->128 on 56 x 56: 2.71 against 2.03 ms; 6-channel
+// tiles share a packed panel well; since the stream tiles step from plane to plane and
+// prefetch, 1.99 against 2.06, a tie in the model) and on light_squeezenet's 256->32 on
+// 27 x 27 (0.167, 0.156), but won where three tiles of 6 hold 16 channels (64->16 on
+// 55 x 55: 0.091, 0.104; inception_v1's 192->16 on 27 x 27: 0.065, 0.074) and tied at 24
+// (512->24 on 13 x 13: 0.115, 0.116).
 constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
+// ... and for 1x1 kernels on one position (a classifier or a squeeze-and-excite layer as a
+// Conv: densenet121's 1024->1000 0.10 against packed 0.25 ms, 2048->1000 166 against 485 us)
+// and on up to LANES_MAX_POSITIONS_1X1 positions that leave the packed tiles' 16 columns
+// partly empty, under weights up to this size (since the lanes tiles step from plane to plane
+// and prefetch: 7 x 7 maps, light_densenet121's 512->128 to 992->128 0.07-0.13 against
+// 0.08-0.16 ms, light_inception_v2's 1024->352 0.78 against 0.80, light_inception_v1's
+// 832->384 on 6 x 6 0.24 against 0.27; 2 to 4 MiB of weights tied, light_resnet50's 4 MiB
+// 512->2048 lost, 1.29 against 1.15 ms in bench/conv_micro.py; 4 x 4 and 8 x 8 maps, whole
+// tiles, lost 7-8%).
+constexpr double LANES_MAX_WEIGHT_BYTES_1X1_AVX2 = 2.0 * 1024 * 1024;
 constexpr int64_t STREAM_MAX_CHANNELS_AVX2 = 24;
 // ... but since the lanes kernel reads a plain 1x1 kernel's planes as one row, it wins the
 // squeezes, few output channels from at least twice as many inputs: up to 48 channels on any
@@ -918,6 +930,11 @@ private:
                 image_bytes > static_cast<double>(PACKED_MIN_IMAGE_BYTES_AVX2))
                 return PACKED;
             if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
+                return LANES;
+            if (one && (positions == 1 || (positions <= LANES_MAX_POSITIONS_1X1 &&
+                                           positions % cnr != 0 &&
+                                           4.0 * static_cast<double>(mg_) * depth <=
+                                               LANES_MAX_WEIGHT_BYTES_1X1_AVX2)))
                 return LANES;
             const bool squeeze = s.c >= 2 * mg_ &&
                                  (mg_ <= LANES_MAX_SQUEEZE_AVX2 ||
