@@ -72,6 +72,11 @@ GEOMETRIES = [
     ((1, 3, 27, 27), (3, 3), (2, 2), (1, 1), (0, 0)),  # ... light_squeezenet's last, 13 outputs
     ((1, 2, 17, 17), (3, 3), (2, 2), (1, 1), (1, 1)),  # ... a vector and one column, pads
     ((1, 2, 9, 70), (3, 3), (2, 2), (1, 1), (0, 0)),  # avx2's one-pass rows (w >= 64)
+    ((2, 3, 13, 13), (3, 3), (2, 2), (1, 1), (0, 0)),  # rows of one vector, two at a time: 6
+    ((1, 3, 14, 14), (3, 3), (2, 2), (1, 1), (1, 1)),  # ... 7 rows (the last alone), pads
+    ((1, 2, 33, 17), (3, 3), (2, 2), (2, 1), (1, 0)),  # ... 8 outputs (avx2's vector), dilated
+    ((1, 2, 12, 33), (3, 3), (2, 2), (1, 1), (0, 0)),  # ... 16 outputs (avx512's vector)
+    ((3, 2, 4, 5), (3, 3), (2, 2), (1, 1), (0, 0)),  # ... a row of two outputs
     ((1, 2, 11, 67), (3, 3), (2, 2), (2, 1), (1, 1)),  # ... with pads and dilated rows
     ((1, 2, 5, 64), (3, 3), (2, 2), (1, 1), (0, 0)),
     ((1, 3, 14, 14), (2, 2), (2, 2), (1, 1), (0, 0)),
@@ -162,6 +167,25 @@ def test_same_bits_on_every_isa_and_split(geometry):
             np.testing.assert_array_equal(y, want)
             first = bits(y) if first is None else first
             np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")
+
+
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize("hw", [5, 13, 16, 17, 27, 33])
+def test_rows_of_one_vector_write_inside_their_planes_only(isa, hw):
+    """Rows of at most one vector of outputs store whole vectors only while they stay inside the
+    plane's outputs (the rest masked): the floats past the output, and other threads' planes,
+    are never written."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(hw)
+    x = rng.standard_normal((1, 5, hw, hw)).astype(F32)
+    out = (hw - 3) // 2 + 1
+    buf = np.full(5 * out * out + 64, 7.0, F32)
+    y = buf[: 5 * out * out].reshape(1, 5, out, out)
+    for threads in (1, 3):
+        simd.MaxPoolCall(x, y, [3, 3], [2, 2], [1, 1], [0, 0], isa, 0, -1, threads)()
+        np.testing.assert_array_equal(buf[y.size :], 7.0)
+        want = maxpool_reference(x, [3, 3], [2, 2], [1, 1], [0, 0], (out, out))
+        np.testing.assert_array_equal(y, want)
 
 
 # 3 x 3 windows at stride 1 with pads of 1 on planes small enough for the flat passes (7 x 7 to
