@@ -116,6 +116,16 @@ constexpr int64_t STREAM_MAX_DEPTH_AVX512 = 768;
 // stream 209, packed 200).
 constexpr int64_t STREAM_MAX_CHANNELS = 192;
 
+// offs[kk] = kk * step for every kk (one channel plane after another: 1x1 kernels): that step,
+// else 0 (DirectShape::kstep).
+static int64_t uniform_step(const std::vector<int64_t>& offs) {
+    if (offs.size() < 2 || offs[0] != 0 || offs[1] == 0) return 0;
+    const int64_t step = offs[1];
+    for (size_t kk = 2; kk < offs.size(); ++kk)
+        if (offs[kk] != static_cast<int64_t>(kk) * step) return 0;
+    return step;
+}
+
 // Bytes of packed weights per unit's chunk of output channels (see the constructor).
 constexpr int64_t DIRECT_CHUNK_BYTES = 384 * 1024;
 constexpr int64_t LANES_CHUNK_BYTES = 768 * 1024;
@@ -352,6 +362,7 @@ public:
         } else {
             ptiles = (s.oh * s.ow + cnr - 1) / cnr;
         }
+        direct_shape_.kstep = uniform_step(offs_);
         // blocks of positions: at most CONV_NCB each (the packed path's block), and at least
         // four units in all where the positions allow, for the intra-op threads
         const int64_t most = std::max<int64_t>(1, CONV_NCB / tile);

@@ -60,6 +60,9 @@ struct DirectShape {
     // sh * sw planes of hp / (sh * sw) rows, phase (py, px) holding padded rows py + sh * r
     // and columns px + sw * c
     int64_t sh = 1, sw = 1;
+    // offs[kk] = kk * kstep for every depth step (one channel plane after another: 1x1
+    // kernels), found once per plan; 0: the kernels read offs (see tap_offset)
+    int64_t kstep = 0;
 };
 // The largest stride of a direct plan (its phase planes)
 constexpr int64_t DIRECT_MAX_STRIDE = 4;
