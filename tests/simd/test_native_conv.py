@@ -651,7 +651,7 @@ def test_winograd_keeps_nan_and_infinity_to_their_windows(isa, threads):
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5 * c * 9)
 
 
-#: The measured rules of conv_plan.cpp: avx512's (16-channel lanes) ...
+#: The measured rules of conv_choice.cpp: avx512's (16-channel lanes) ...
 AUTO_CHOICES_AVX512 = [
     ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 16 channels and more, 2**24 MACs
     ((256, 256, 14, 14, 3), (1, 1), "winograd"),  # ... on 49 tiles

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "binding.h"
+#include "conv_choice.h"
 #include "pool.h"
 
 #if defined(__linux__)
@@ -23,98 +24,6 @@
 namespace graphrt_simd {
 
 namespace {
-
-// Where "auto" takes the channels-in-lanes kernel (bench/conv_micro.py --kernels): output
-// positions up to which it beat the packed one (1x1), the window depth from which it beat the
-// direct kernel with unit strides (light_squeezenet's 3x3 16->64 on 55 x 55, a depth of 144:
-// lanes 0.26, direct 0.29 ms; the bench's small_cnn, 3x3 16->32 on 16 x 16, 144: a tie at
-// 14 us; its 3x3 3->16 on 32 x 32, 27: lanes 10, direct 6 us), the depth below which the
-// direct kernel still wins on rows of whole tiles (small_cnn's 16->32 with Relu, rows of 16:
-// direct 13.5, lanes 14.5 us; deeper than 256 untried: lanes), the least fill of the direct
-// kernel's row tiles (in quarters) below which lanes run shallow windows too (7 x 7 maps fill
-// 7 of 16 lanes), and the depth from which it beats packing columns for strided ones
-// (light_squeezenet's 3x3/2 3->64 on 224 x 224, a depth of 27: lanes 0.30, packed 0.34 ms
-// once; since packed tiles pair and stride-2 columns are copied by vectors, packed 0.253,
-// lanes 0.264 ms, the model 0.98x: 27 is now below the bound).
-constexpr int64_t LANES_MAX_POSITIONS_1X1 = 64;
-// ... and for plain 1x1 kernels, read as one row of positions, this deep on maps up to this
-// many positions (avx512, bench/conv_micro.py --kernels: 1x1 576->128 on 14 x 14: lanes 264,
-// stream 292 us; 1024->256 on 14 x 14: 909, packed 991; 384->48 on 13 x 13: 62, stream 67;
-// but 64->256 on 13 x 13: 61, packed 55; 512->256 on 28 x 28 a tie); strided 1x1 kernels
-// on as few output positions as deep too (light_resnet50's 1x1/2 512->1024 on 28 x 28: lanes
-// 1904, packed 1993 us warm, 2067 and 2122 with the caches flushed; but 256->512 on 56 x 56,
-// 784 positions: 2209 and 1962 flushed).
-constexpr int64_t LANES_MIN_DEPTH_FLAT = 256;
-constexpr int64_t LANES_MAX_POSITIONS_FLAT = 256;
-constexpr int64_t LANES_MIN_DEPTH_UNIT = 128;
-constexpr int64_t LANES_MIN_DEPTH_WHOLE_ROWS = 256;
-constexpr int64_t DIRECT_MIN_FILL_QUARTERS = 3;
-// Rows of whole direct tiles this wide or wider stay with the direct kernel at any depth
-// (since its tiles pair and prefetch the next block's lines; light_vgg19's 3x3 layers, 1 and 2
-// threads: 64->64 on 224 x 224, direct 33.96 / 17.71 ms, lanes 34.74 / 18.39; 64->128 on
-// 112 x 112 16.57 / 8.65, lanes 16.54 / 10.05; 128->128 32.8 / 17.2, lanes 33.1 / 19.0; but on
-// 56 x 56 lanes won by 3% at 1 thread: 128->256, 256->256, light_resnet50's 64->64).
-constexpr int64_t DIRECT_MIN_WIDTH_WHOLE_ROWS = 112;
-constexpr int64_t LANES_MIN_DEPTH = 32;
-// avx2 (8 channels per lanes tile, pairs of them on rows in equal pieces of at most 5;
-// bench/conv_micro.py --kernels --isa avx2, every layer of light_resnet50, light_inception_v1
-// and light_squeezenet, Zen 4): channels in lanes for windows above 1x1 at least 400 deep
-// with unit strides (3x3 256->256 on 14 x 14: lanes 2.22, direct 2.41 ms; 64->64 on 56 x 56,
-// 576 deep: 2.36, 2.51; 5x5 16->32 on 27 x 27, 400: 0.193, 0.226; but 3x3 32->128 on 27 x 27,
-// 288: 1.14 against the direct kernel's 1.11, 16->64 on 55 x 55, 144: 1.25, 1.13) and for
-// strided windows of the avx512 bound (7x7/2 3->64, 147 deep: 2.62, packed 2.80; 3x3/2 3->64,
-// 27 deep: 0.81, packed 0.56); 1x1 kernels pack their columns (on 7 x 7 maps lanes lost,
-// 512->2048: 1.46 against 1.27 ms, and still do under 4 MiB of weights, below) and read x
-// in place (stream) only for very few output channels: stream lost to packed columns on
-// every 1x1 layer of light_resnet50 (256->128 on 56 x 56: 2.71 against 2.03 ms; 6-channel
-// tiles share a packed panel well; since the stream tiles step from plane to plane and
-// prefetch, 1.99 against 2.06, a tie in the model) and on light_squeezenet's 256->32 on
-// 27 x 27 (0.167, 0.156), but won where three tiles of 6 hold 16 channels (64->16 on
-// 55 x 55: 0.091, 0.104; inception_v1's 192->16 on 27 x 27: 0.065, 0.074) and tied at 24
-// (512->24 on 13 x 13: 0.115, 0.116).
-constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
-// ... and for 1x1 kernels on one position (a classifier or a squeeze-and-excite layer as a
-// Conv: densenet121's 1024->1000 0.10 against packed 0.25 ms, 2048->1000 166 against 485 us)
-// and on up to LANES_MAX_POSITIONS_1X1 positions that leave the packed tiles' 16 columns
-// partly empty, under weights up to this size (since the lanes tiles step from plane to plane
-// and prefetch: 7 x 7 maps, light_densenet121's 512->128 to 992->128 0.07-0.13 against
-// 0.08-0.16 ms, light_inception_v2's 1024->352 0.78 against 0.80, light_inception_v1's
-// 832->384 on 6 x 6 0.24 against 0.27; 2 to 4 MiB of weights tied, light_resnet50's 4 MiB
-// 512->2048 lost, 1.29 against 1.15 ms in bench/conv_micro.py; 4 x 4 and 8 x 8 maps, whole
-// tiles, lost 7-8%).
-constexpr double LANES_MAX_WEIGHT_BYTES_1X1_AVX2 = 2.0 * 1024 * 1024;
-constexpr int64_t STREAM_MAX_CHANNELS_AVX2 = 24;
-// ... but since the lanes kernel reads a plain 1x1 kernel's planes as one row, it wins the
-// squeezes, few output channels from at least twice as many inputs: up to 48 channels on any
-// map, 64 on up to 256 positions (avx2, the plan's stage and run, warm: 128->32 on 27 x 27
-// lanes 66, packed 85 us; 256->32 on 27 x 27 141, 168; 192->16 on 28 x 28 55, stream 62;
-// 480->16 on 14 x 14 33, 47; 832->32 on 7 x 7 34, 53; 512->64 on 14 x 14 134, 149; but 64
-// channels on 28 x 28 lost, 192->64 218 against 212, and on 56 x 56, 256->64 1192 against
-// 1144).
-constexpr int64_t LANES_MAX_SQUEEZE_AVX2 = 48;
-constexpr int64_t LANES_MAX_SQUEEZE_AVX2_SMALL = 64;
-constexpr int64_t LANES_MAX_SQUEEZE_POSITIONS_AVX2 = 256;
-// ... except where a unit-stride image outgrows half of L2 and there are output channels
-// enough to repay packing its columns: there the lanes and direct kernels wait on its taps
-// (light_vgg19's 3x3 512->512 on 28 x 28, a 1.8 MiB image: packed 36.5, direct 40.8, lanes 42.2
-// ms; 128->256 on 56 x 56: 17.8, 19.3, 18.5; light_inception_v1's 64->192 on 56 x 56: 6.67,
-// 7.33, 7.01; but with 64 channels, light_resnet50's 64->64 on 56 x 56: 2.70, 2.51, 2.36, and
-// with a smaller image its 128->128 on 28 x 28, 460 KiB: 2.57, 2.50, 2.25).
-constexpr int64_t PACKED_MIN_CHANNELS_AVX2 = 128;
-constexpr int64_t PACKED_MIN_IMAGE_BYTES_AVX2 = 512 * 1024;
-// Plain 1x1 kernels on mid-size maps with a deep input: the stream kernel reads x's planes in
-// place up to this depth, packed columns from there on (avx512, bench/conv_micro.py --kernels
-// and 14 x 14 maps, since whole tiles run in pairs: 768->128 stream 177, packed 184, lanes 191
-// us; 992->128 stream 246, packed 234, lanes 244; 1024->256 packed 458, lanes 458, stream 493).
-// Channels in lanes no longer win there (before the pairs they did: 1024->256 lanes 2.43,
-// packed 2.70 ms for five).  avx2 keeps stream at any depth until someone measures it.
-constexpr int64_t STREAM_MAX_DEPTH_AVX512 = 768;
-// Output channels per group below which a plain 1x1 convolution reads x's planes in place (the
-// stream kernel) instead of packing them: with more, the packed panel serves enough channel
-// tiles to repay its copy (light_resnet50's 64->256 at 56 x 56: packed 0.99, stream 1.08 ms;
-// with whole tiles in pairs, on 14 x 14 maps: 576->160 stream 166, packed 169 us, 576->192
-// stream 209, packed 200).
-constexpr int64_t STREAM_MAX_CHANNELS = 192;
 
 // offs[kk] = kk * step for every kk (one channel plane after another: 1x1 kernels): that step,
 // else 0 (DirectShape::kstep).
@@ -152,42 +61,6 @@ constexpr int64_t WINO_STAGE_FLOATS = int64_t(1) << 20;
 // tiles a thread (ConvPlan::call_at).
 constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 
-// Where "auto" takes the Winograd kernel (3x3, unit strides and dilations; bench/conv_micro.py
-// --kernels --threads 1|2, bound calls): from 16 input and output channels per group and 2**24
-// multiply-adds of direct convolution (from 32 input channels, 2**23: since a last partial
-// panel of tiles costs only its own columns, light_squeezenet's 48->192 on 13 x 13, 14 M, ran
-// 0.89 of lanes on avx512 and a tie on avx2, light_inception_v2's 64->96 on 14 x 14, 11 M, 0.81
-// and a tie, 40->128 on 16 x 16 0.70 and 0.57; 16->128 on 27 x 27, 13 M, lost, 1.16 and 1.2),
-// with V (16 floats per input channel and tile) up to 32 MiB, from 40 tiles (a 7 x 7 map's 16
-// tiles fill half of an avx512 panel of 32: 512->512 1.5x slower than lanes; on avx2 a tie
-// in light_resnet50, where its U, 16 MiB, came from memory each call instead of from L3 as in
-// a loop of one layer, 0.68; avx2's own rule below).  Against the kernel
-// "auto" took before, one thread, Zen 4: avx512 64->64 on 56 x 56 0.67, 128->128 on 28 x 28
-// 0.65, 256->256 on 14 x 14 0.71, 512->512 on 28 x 28 0.58, 16->64 on 55 x 55 0.90, 32->128
-// on 27 x 27 0.86, 64->256 on 13 x 13 0.89; avx2 0.65, 0.67, 0.73, 0.57, 0.92, 0.88, 0.95; two
-// threads 0.86-0.95 on light_squeezenet's.  Below the bounds it lost: 128->32 on 14 x 14
-// (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products too
-// shallow or too small to repay the transforms).
-constexpr int64_t WINO_MIN_CHANNELS = 16;
-// ... and on avx2 from 64 output channels: with fewer its products (6-row slivers) no longer
-// repaid the transform against the lanes kernel (light_densenet121's 128->32 on 56 x 56: 2.70
-// against 2.37 ms, on 28 x 28 0.66 against 0.58; avx512 won both, 0.89).
-constexpr int64_t WINO_MIN_OUT_CHANNELS_AVX2 = 64;
-constexpr double WINO_MIN_MACS = 16777216.0;
-constexpr int64_t WINO_DEEP_CHANNELS = 32;
-constexpr double WINO_MIN_MACS_DEEP = 8388608.0;
-constexpr double WINO_MAX_V_BYTES = 32.0 * 1024 * 1024;
-constexpr int64_t WINO_MIN_TILES = 40;
-// ... but on avx2 from one whole panel of tiles (7 x 7 maps: 16 tiles, avx2's nr) where U
-// fits L3 beside the rest of a model (light_inception_v2's 7 x 7 layers, conv_micro --kernels
-// --isa avx2, against lanes: 192->320 0.78, 160->224 0.87, 224->224 0.84, 192->224 0.86, at two
-// threads 0.71-0.79; light_resnet50's 512->512, U 16 MiB, a tie, left to lanes).  On avx512
-// half of a panel of 32, which won two of those four layers and lost the others.
-constexpr double WINO_MAX_U_BYTES_FEW_TILES_AVX2 = 8.0 * 1024 * 1024;
-
-// The direct kernel with strides (phase planes): where "auto" takes it (choose_mode)
-constexpr int64_t DIRECT_AUTO_MAX_STRIDE = 3;
-constexpr int64_t DIRECT_MAX_STRIDED_CHANNELS = 8;
 
 // One thread's buffers, allocated on first use, grown as needed and kept: a fresh 256 KiB
 // allocation per call would be an mmap and page faults every time.
@@ -209,8 +82,9 @@ float* conv_block() { return thread_floats(CONV_BLOCK, CONV_KC * CONV_NCB); }
 
 // A convolution planned once: geometry checked, the weight packed per group, and the work cut
 // into units (image, group, chunk of output channels, block of positions) by shapes alone.
-// choose_mode() picks one of four kernels (direct, lanes, stream, packed) by the rules above;
-// direct and lanes read a padded copy of the image that stage() makes once per run.
+// choose_conv_kernel() (conv_choice.cpp) picks one of five kernels (packed, direct, lanes,
+// stream, winograd); direct, lanes and winograd read a copy of the image that stage() makes
+// once per run.
 class ConvPlan {
 public:
     ConvPlan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
@@ -255,7 +129,7 @@ public:
         bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
-        mode_ = choose_mode(kernel);
+        mode_ = choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel);
         if (mode_ == WINO) {
             plan_winograd(w);
             return;
@@ -847,129 +721,12 @@ private:
     int64_t cmr_ = 1;  // output channels per tile of the packed weight (the kernel's)
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
     int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
-    enum Mode { PACKED, DIRECT, LANES, STREAM, WINO } mode_ = PACKED;
+    ConvKernel mode_ = PACKED;
     WinoShape wino_{};
     std::vector<float> wino_w_;  // the dense weight (m x c x 3 x 3), for wino_window
     int64_t v_floats_ = 0;       // floats of one image and group's V (the Winograd kernel)
     int64_t scratch_floats_ = 0;  // floats of one Winograd unit's scratch
 
-    // "auto" picks by the measured rules below; a forced kernel the geometry or ISA cannot
-    // run is a ValueError.
-    Mode choose_mode(const std::string& kernel) const {
-        const ConvShape& s = shape_;
-        const bool unit = s.sh == 1 && s.sw == 1;
-        const bool lanes_ok = isa_->conv_lanes_ok;
-        const bool one = s.kh * s.kw == 1;
-        if (kernel == "packed") return PACKED;
-        const bool wino_ok = s.kh == 3 && s.kw == 3 && unit && s.dh == 1 && s.dw == 1;
-        if (kernel == "winograd") {
-            if (exact_)
-                throw nb::value_error(
-                    "the winograd kernel computes other sums than exact mode's");
-            if (!wino_ok)
-                throw nb::value_error(
-                    "the winograd kernel needs a 3x3 kernel, unit strides and dilations");
-            return WINO;
-        }
-        const bool phases_ok = s.sh <= DIRECT_MAX_STRIDE && s.sw <= DIRECT_MAX_STRIDE;
-        if (kernel == "direct") {
-            if (!phases_ok) throw nb::value_error("the direct kernel needs strides up to 4");
-            return DIRECT;
-        }
-        // x's own planes are the column matrix (the stream kernel)
-        const bool in_place = one && unit && !s.ph && !s.pw && s.oh == s.h && s.ow == s.w;
-        if (kernel == "stream") {
-            if (!in_place)
-                throw nb::value_error(
-                    "the stream kernel needs a 1x1 kernel, unit strides and no padding");
-            return STREAM;
-        }
-        if (kernel == "lanes") {
-            if (!lanes_ok)
-                throw nb::value_error(("isa '" + std::string(isa_->name) +
-                                       "' has no channels-in-lanes conv kernel")
-                                          .c_str());
-            return LANES;
-        }
-        if (kernel != "auto")
-            throw nb::value_error(("unknown conv kernel '" + kernel +
-                                   "'; expected auto, direct, lanes, packed, stream or "
-                                   "winograd")
-                                      .c_str());
-        if (!exact_ && wino_ok && lanes_ok && s.c >= WINO_MIN_CHANNELS &&
-            mg_ >= WINO_MIN_CHANNELS) {
-            const int64_t nr = isa_->nr;
-            const double tiles = static_cast<double>((s.oh + 1) / 2) * ((s.ow + 1) / 2);
-            const double tpad = std::ceil(tiles / nr) * nr;
-            const double macs = 9.0 * s.c * mg_ * static_cast<double>(s.oh) * s.ow;
-            const bool wide = isa_->lmr >= 16;
-            const double u_bytes = 64.0 * s.c * mg_;  // 16 floats per weight window
-            const bool enough_tiles =
-                tiles >= WINO_MIN_TILES ||
-                (!wide && tiles >= nr && u_bytes <= WINO_MAX_U_BYTES_FEW_TILES_AVX2);
-            const double min_macs =
-                s.c >= WINO_DEEP_CHANNELS ? WINO_MIN_MACS_DEEP : WINO_MIN_MACS;
-            if (macs >= min_macs && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
-                (wide || mg_ >= WINO_MIN_OUT_CHANNELS_AVX2) && enough_tiles)
-                return WINO;
-        }
-        // Strided windows over few input channels (the RGB stems): the direct kernel on phase
-        // planes (bench/conv_micro.py, one thread, Zen 4, against the kernel auto took before:
-        // 3x3/2 3->64 on 224 x 224 0.90 on avx512 and avx2, 7x7/2 3->64 0.93 and 0.89, 7x7/2
-        // 3->96 0.96 and 0.89, 3x3/2 8->32 0.93 and 0.93; with 16 channels lanes won, 1.08 and
-        // 1.06, and at stride 4 too, 11x11/4 3->96 1.06 and 1.07)
-        if (lanes_ok && !one && !unit && s.sh <= DIRECT_AUTO_MAX_STRIDE &&
-            s.sw <= DIRECT_AUTO_MAX_STRIDE && s.c <= DIRECT_MAX_STRIDED_CHANNELS)
-            return DIRECT;
-        // From every layer of light_resnet50 and light_squeezenet (bench/conv_micro.py
-        // --kernels): channels in lanes where the windows are deep or the rows narrow, the
-        // direct kernel for shallow windows on rows that fill its tiles, x's own
-        // planes for plain 1x1 kernels on large maps with few output channels (stream), and
-        // packed columns for the other 1x1 kernels and for very shallow strided windows.
-        const int64_t positions = s.oh * s.ow, depth = s.c * s.kh * s.kw;
-        // the direct kernel's row tiles: 4 * ow below this fills less than 3/4 of their lanes
-        const int64_t cnr = isa_->cnr;
-        const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
-        const bool avx512 = isa_->lmr >= 16;  // (avx2's lanes tiles are 8 channels)
-        const bool too_deep_to_stream = avx512 && depth > STREAM_MAX_DEPTH_AVX512;
-        if (lanes_ok && !avx512) {  // avx2: rules of its own
-            // (in double: no overflow, whatever the pads)
-            const double image_bytes = 4.0 * static_cast<double>(s.c) *
-                                       (static_cast<double>(s.h) + 2.0 * s.ph) *
-                                       (static_cast<double>(s.w) + 2.0 * s.pw);
-            if (unit && !one && mg_ >= PACKED_MIN_CHANNELS_AVX2 &&
-                image_bytes > static_cast<double>(PACKED_MIN_IMAGE_BYTES_AVX2))
-                return PACKED;
-            if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
-                return LANES;
-            if (one && (positions == 1 || (positions <= LANES_MAX_POSITIONS_1X1 &&
-                                           positions % cnr != 0 &&
-                                           4.0 * static_cast<double>(mg_) * depth <=
-                                               LANES_MAX_WEIGHT_BYTES_1X1_AVX2)))
-                return LANES;
-            const bool squeeze = s.c >= 2 * mg_ &&
-                                 (mg_ <= LANES_MAX_SQUEEZE_AVX2 ||
-                                  (mg_ <= LANES_MAX_SQUEEZE_AVX2_SMALL &&
-                                   positions <= LANES_MAX_SQUEEZE_POSITIONS_AVX2));
-            if (in_place && squeeze) return LANES;
-            if (in_place && mg_ <= STREAM_MAX_CHANNELS_AVX2) return STREAM;
-            return unit && !one ? DIRECT : PACKED;
-        }
-        if (lanes_ok) {
-            if (one ? positions <= LANES_MAX_POSITIONS_1X1 ||
-                          ((in_place || !unit) && depth >= LANES_MIN_DEPTH_FLAT &&
-                           positions <= LANES_MAX_POSITIONS_FLAT)
-                    : unit ? (s.ow % cnr ? depth >= LANES_MIN_DEPTH_UNIT
-                                         : depth >= LANES_MIN_DEPTH_WHOLE_ROWS &&
-                                               s.ow < DIRECT_MIN_WIDTH_WHOLE_ROWS) ||
-                                 4 * s.ow < fill_quarters
-                           : depth >= LANES_MIN_DEPTH)
-                return LANES;
-        }
-        if (unit && !one) return DIRECT;
-        if (in_place && mg_ < STREAM_MAX_CHANNELS && !too_deep_to_stream) return STREAM;
-        return PACKED;
-    }
     std::unique_ptr<float, FreeDeleter> packed_;
 };
 
