@@ -86,6 +86,14 @@ COMMON = [
     ((1, 3, 15, 9), dict(kernel_shape=[2, 2], strides=[2, 2], count_include_pad=1)),
     ((1, 2, 1, 40), dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 1, 0, 1])),
     ((1, 2, 5, 5), dict(kernel_shape=[3, 3], pads=[2, 2, 2, 2], count_include_pad=1)),
+    # one window over the whole plane (planes_whole): up to avx2's and avx512's widths
+    ((2, 3, 5, 3), dict(kernel_shape=[5, 3])),
+    ((1, 4, 4, 8), dict(kernel_shape=[4, 8])),
+    ((1, 3, 3, 16), dict(kernel_shape=[3, 16], strides=[2, 2])),
+    (
+        (1, 3, 5, 5),
+        dict(kernel_shape=[5, 5], strides=[2, 2], pads=[0, 0, 1, 1], count_include_pad=1),
+    ),
 ]
 
 
@@ -164,6 +172,37 @@ def test_flat_planes_keep_the_row_kernels_bits(shape, count_include_pad):
                 np.testing.assert_allclose(y, want, **TOL)
                 first = bits(y) if first is None else first
                 np.testing.assert_array_equal(bits(y), first, err_msg=f"{isa}, {threads} threads")
+
+
+@pytest.mark.parametrize("hw", [(7, 7), (5, 3), (4, 8), (3, 16), (1, 1), (9, 2)])
+def test_whole_plane_windows_add_in_the_two_passes_order(hw):
+    """A window over the whole plane adds each column top to bottom, then the column sums left
+    to right, then multiplies by 1 / count rounded once: bit for bit that order in numpy, on
+    every ISA and split, with x's rows strided too (values of mixed magnitudes and signed zeros,
+    where another order rounds differently)."""
+    h, w = hw
+    rng = np.random.default_rng(h * 31 + w)
+    scale = rng.choice(np.array([1e-3, 1.0, 1e3, 1e6], F32), size=(3, 7, h, w + 2))
+    wide = (rng.standard_normal((3, 7, h, w + 2)) * scale).astype(F32)
+    wide[0, 0] = -0.0
+    x = wide[..., 1 : 1 + w]
+    cols = x[:, :, 0, :].copy()
+    for r in range(1, h):
+        cols = cols + x[:, :, r, :]
+    sums = cols[:, :, 0].copy()
+    for c in range(1, w):
+        sums = sums + cols[:, :, c]
+    want = (sums * (np.float32(1) / np.float32(h * w)))[..., None, None]
+    for isa in simd.available_isas():
+        for threads in (1, 2):
+            for xs in (x, np.ascontiguousarray(x)):
+                y = np.empty(want.shape, F32)
+                _native.AvgPoolCall(
+                    xs, y, [h, w], [1, 1], [1, 1], [0] * 4, False, isa, 0, -1, threads
+                )()
+                np.testing.assert_array_equal(
+                    bits(y), bits(want), err_msg=f"{isa}, {threads} threads"
+                )
 
 
 @pytest.mark.parametrize("path", FAST_PATHS)
