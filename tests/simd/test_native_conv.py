@@ -88,6 +88,40 @@ def _run(isa, g, x, w, b, split, kernel="auto", z=None):
     return y
 
 
+#: Depths of one, several and a partial last block of CONV_KC (256) steps, the packed kernel's
+#: weights laid out block by block: (x shape, w shape, group, strides, pads)
+DEEP_PACKED = [
+    ((1, 600, 5, 7), (70, 300, 1, 1), 2, (1, 1), (0, 0)),  # two groups, 256 + 44 deep
+    ((1, 64, 6, 6), (13, 64, 3, 3), 1, (1, 1), (1, 1)),  # 576: 256 + 256 + 64
+    ((2, 40, 8, 5), (22, 20, 5, 5), 2, (2, 2), (2, 2)),  # 500, strided, two images
+    ((1, 1024, 3, 3), (9, 1024, 1, 1), 1, (1, 1), (0, 0)),  # 1024: four whole blocks
+]
+
+
+@pytest.mark.parametrize("case", DEEP_PACKED)
+@pytest.mark.parametrize("isa", ALL_PATHS)
+def test_packed_kernel_over_several_depth_blocks(isa, case):
+    """The packed kernel forced on depths of several blocks, with partial tiles of output
+    channels, groups, bias, Relu and a residual, whole and unit by unit: the float64 result."""
+    path_or_skip(isa)
+    x_shape, w_shape, group, strides, pads = case
+    out = tuple(
+        out_extent(x_shape[2 + a], w_shape[2 + a], strides[a], 1, pads[a], pads[a]) for a in (0, 1)
+    )
+    g = dict(group=group, strides=strides, dilations=(1, 1), pads=pads, out=out, act="relu")
+    rng = np.random.default_rng(sum(w_shape))
+    x = rng.standard_normal(x_shape).astype(F32)
+    w = rng.standard_normal(w_shape).astype(F32)
+    b = rng.standard_normal(w_shape[0]).astype(F32)
+    want = reference(x, w, b, group, strides, (1, 1), pads, out)
+    z = rng.standard_normal(want.shape).astype(F32)
+    want = np.maximum(want + z, 0)
+    depth = w_shape[1] * w_shape[2] * w_shape[3]
+    for split in (False, True):
+        got = _run(isa, g, x, w, b, split=split, kernel="packed", z=z)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * depth, err_msg=f"{split}")
+
+
 def kernels_for(isa: str, g: dict) -> list[str]:
     """Every conv kernel this ISA can run on the geometry g."""
     kernels = ["auto", "packed"]

@@ -643,7 +643,8 @@ public:
             }
             for (int64_t j0 = j_from; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
                 const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
-                isa_->conv_fast[exact_](run_shape, xg, xs1, x_rs, wg, m0, m1, j0, j1, yg, zg,
+                isa_->conv_fast[exact_](run_shape, xg, xs1, x_rs, wg,
+                                        mode_ == PACKED ? tiles_ : 0, m0, m1, j0, j1, yg, zg,
                                         ys1, bg, act, block);
             }
         });
@@ -685,9 +686,10 @@ private:
         }
         if (mode_ == WINO) wino_w_.assign(pw, pw + m_ * k_);
         for (int64_t g = 0; g < group_; ++g)
-            (mode_ == WINO    ? isa_->wino_pack_u
-             : mode_ == LANES ? isa_->conv_pack_w_lanes
-                              : isa_->conv_pack_w)(
+            (mode_ == WINO     ? isa_->wino_pack_u
+             : mode_ == LANES  ? isa_->conv_pack_w_lanes
+             : mode_ == PACKED ? isa_->conv_pack_w_blocked
+                               : isa_->conv_pack_w)(
                 mg_, mode_ == WINO ? s.c : k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
     }
 

@@ -164,19 +164,25 @@ struct IsaKernels {
     int cmr;  // output channels per conv micro-tile (rows of a packed weight tile)
     int cnr;  // output positions per conv micro-tile
     int crt;  // output positions per channels-in-lanes conv tile
-    // w (m x k, row-major) packed for conv_fast: ceil(m / cmr) * cmr * k floats.
+    // w (m x k, row-major) packed as ceil(m / cmr) tiles of cmr rows, each tile's whole
+    // depth after another (conv_direct, and conv_fast with w_tiles 0): ceil(m / cmr) * cmr * k
+    // floats.
     void (*conv_pack_w)(int64_t m, int64_t k, const float* w, float* dst);
+    // The same floats depth block after depth block (CONV_KC), each block's tiles end to end
+    // (conv_fast with w_tiles = ceil(m / cmr)).
+    void (*conv_pack_w_blocked)(int64_t m, int64_t k, const float* w, float* dst);
     // Output channels [m0, m1) (m0 a multiple of cmr) and positions [j0, j1) (at most
     // CONV_NCB of them) of one image and group: y = act((w @ columns(x) + bias) + z), bias per
     // channel or null, z laid out as y or null (a residual sum), act ACT_NONE or ACT_RELU; x
     // has unit column stride, y rows (channels) have stride ldy and hold the positions
-    // contiguously; block is CONV_KC * CONV_NCB floats.  conv_direct and conv_lanes take z the
-    // same way.  Each of the three is a pair: [0] fast mode, [1] exact mode (a multiply and an
+    // contiguously; block is CONV_KC * CONV_NCB floats; wpacked is conv_pack_w_blocked's
+    // layout of w_tiles tiles, or conv_pack_w's where w_tiles is 0.  conv_direct and
+    // conv_lanes take z the same way.  Each of the three is a pair: [0] fast mode, [1] exact mode (a multiply and an
     // add per term, the first term assigned: docs/exact-mode.md's sums; act and z unused).
     void (*conv_fast[2])(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
-                      std::ptrdiff_t x_rs, const float* wpacked, int64_t m0, int64_t m1,
-                      int64_t j0, int64_t j1, float* y, const float* z, std::ptrdiff_t ldy,
-                      const float* bias, int act, float* block);
+                         std::ptrdiff_t x_rs, const float* wpacked, int64_t w_tiles, int64_t m0,
+                         int64_t m1, int64_t j0, int64_t j1, float* y, const float* z,
+                         std::ptrdiff_t ldy, const float* bias, int act, float* block);
     // The staged planes of one image and group (DirectShape) from x (unit column stride).
     void (*conv_stage)(const DirectShape& d, const float* x, std::ptrdiff_t x_cs,
                        std::ptrdiff_t x_rs, float* dst);
