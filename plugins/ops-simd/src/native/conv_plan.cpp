@@ -644,8 +644,8 @@ public:
             for (int64_t j0 = j_from; j0 < std::min(p1 * cnr, positions); j0 += CONV_NCB) {
                 const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
                 isa_->conv_fast[exact_](run_shape, xg, xs1, x_rs, wg,
-                                        mode_ == PACKED ? tiles_ : 0, m0, m1, j0, j1, yg, zg,
-                                        ys1, bg, act, block);
+                                        blocked_weights() ? tiles_ : 0, m0, m1, j0, j1, yg,
+                                        zg, ys1, bg, act, block);
             }
         });
     }
@@ -686,10 +686,10 @@ private:
         }
         if (mode_ == WINO) wino_w_.assign(pw, pw + m_ * k_);
         for (int64_t g = 0; g < group_; ++g)
-            (mode_ == WINO     ? isa_->wino_pack_u
-             : mode_ == LANES  ? isa_->conv_pack_w_lanes
-             : mode_ == PACKED ? isa_->conv_pack_w_blocked
-                               : isa_->conv_pack_w)(
+            (mode_ == WINO        ? isa_->wino_pack_u
+             : mode_ == LANES     ? isa_->conv_pack_w_lanes
+             : blocked_weights() ? isa_->conv_pack_w_blocked
+                                 : isa_->conv_pack_w)(
                 mg_, mode_ == WINO ? s.c : k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
     }
 
@@ -724,6 +724,9 @@ private:
     int64_t mchunks_ = 1, pblocks_ = 1, ptile_step_ = 1, ptiles_ = 1;
     int64_t lanes_kb_ = 0;  // the lanes kernel's depth block for quads (k_: the whole depth)
     ConvKernel mode_ = PACKED;
+    // The packed kernel's weights lie depth block after depth block (conv_pack_w_blocked);
+    // the stream kernel's, which its direct tiles read whole depth at a time, do not.
+    bool blocked_weights() const { return mode_ == PACKED; }
     WinoShape wino_{};
     std::vector<float> wino_w_;  // the dense weight (m x c x 3 x 3), for wino_window
     int64_t v_floats_ = 0;       // floats of one image and group's V (the Winograd kernel)
