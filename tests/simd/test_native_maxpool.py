@@ -71,7 +71,10 @@ GEOMETRIES = [
     ((1, 2, 40, 37), (3, 3), (2, 2), (1, 1), (1, 1)),  # avx512's one-pass rows (w >= 16)
     ((1, 3, 27, 27), (3, 3), (2, 2), (1, 1), (0, 0)),  # ... light_squeezenet's last, 13 outputs
     ((1, 2, 17, 17), (3, 3), (2, 2), (1, 1), (1, 1)),  # ... a vector and one column, pads
-    ((1, 2, 9, 70), (3, 3), (2, 2), (1, 1), (0, 0)),  # avx2's one-pass rows (w >= 64)
+    ((1, 2, 9, 70), (3, 3), (2, 2), (1, 1), (0, 0)),  # avx2's whole-vector rows (9+ outputs)
+    ((1, 2, 9, 19), (3, 3), (2, 2), (1, 1), (0, 0)),  # ... 9: one vector, then the last 8 again
+    ((1, 2, 9, 21), (3, 3), (2, 2), (1, 1), (1, 1)),  # ... a pad column each side: 10 of 11
+    ((1, 2, 7, 20), (3, 3), (2, 2), (1, 1), (1, 1)),  # ... (the right pad unused)
     ((2, 3, 13, 13), (3, 3), (2, 2), (1, 1), (0, 0)),  # rows of one vector, two at a time: 6
     ((1, 3, 14, 14), (3, 3), (2, 2), (1, 1), (1, 1)),  # ... 7 rows (the last alone), pads
     ((1, 2, 33, 17), (3, 3), (2, 2), (2, 1), (1, 0)),  # ... 8 outputs (avx2's vector), dilated
@@ -121,14 +124,19 @@ def test_nan_windows(isa, geometry):
     np.testing.assert_array_equal(y, maxpool_reference(x, kernel, strides, dilations, pads, out))
 
 
-# the one-pass rows of 3 x 3/2 windows (avx2 from rows of 64 floats, avx512 from 16): inside
-# x under three rows avx2 takes a plain maximum, its NaN checked apart; with pads, top and bottom
-# rows of two taps, dilated rows
+# the one-pass rows of 3 x 3/2 windows (avx2 from 9 outputs a row, at most one pad column on the
+# left; avx512 from rows of 16 floats): inside x under three rows avx2 takes a plain maximum, its
+# NaN checked apart; with pads, top and bottom rows of two taps, dilated rows, the last vector
+# of a row made again (19, 21, 27 and 55 columns) and windows over the right pad (67, 21)
 ONE_PASS = [
     ((1, 1, 7, 70), (3, 3), (2, 2), (1, 1), (0, 0)),
     ((1, 1, 8, 67), (3, 3), (2, 2), (1, 1), (1, 1)),
     ((1, 1, 9, 81), (3, 3), (2, 2), (2, 1), (1, 1)),
     ((1, 1, 5, 40), (3, 3), (2, 2), (1, 1), (1, 1)),
+    ((1, 1, 7, 19), (3, 3), (2, 2), (1, 1), (0, 0)),
+    ((1, 1, 7, 21), (3, 3), (2, 2), (1, 1), (1, 1)),
+    ((1, 1, 9, 27), (3, 3), (2, 2), (1, 1), (0, 0)),
+    ((1, 1, 5, 55), (3, 3), (2, 2), (1, 1), (0, 0)),
 ]
 
 

@@ -56,7 +56,7 @@ struct PoolLanes {
         const __m256 halves = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
         return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(halves), 0xD8));
     }
-    // Whether a NaN was seen: f, or a NaN in a lane of a or b (planes_threes_s2_plain's rows)
+    // Whether a NaN was seen: f, or a NaN in a lane of a or b (planes_threes_s2_whole's rows)
     using Flags = __m256;
     static inline Flags no_nan() { return _mm256_setzero_ps(); }
     static inline Flags note_nan(Flags f, __m256 a, __m256 b) {
@@ -74,13 +74,23 @@ struct PoolLanes {
     static inline void store_n(float* p, __m256 v, int64_t n) {
         _mm256_maskstore_ps(p, first(n), v);
     }
-    // lanes N, ..., 7 of a, then lanes 0, ..., N - 1 of b: palignr per 128-bit half, over a
-    // and the halves a_hi, b_lo
+    // lanes N, ..., 7 of a, then lanes 0, ..., N - 1 of b (N <= 4): palignr per 128-bit half,
+    // over a and the halves a_hi, b_lo
     template <int N>
     static inline __m256 shift(__m256 a, __m256 b) {
         const __m256 middle = _mm256_permute2f128_ps(a, b, 0x21);
         return _mm256_castsi256_ps(
             _mm256_alignr_epi8(_mm256_castps_si256(middle), _mm256_castps_si256(a), 4 * N));
+    }
+    // p's lane 0, then lanes 0, ..., 6 of v (shift<7> would shift zeros in: palignr's reach is
+    // one 128-bit half)
+    static inline __m256 push_front(__m256 v, __m256 p) {
+        const __m256 up = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6));
+        return _mm256_blend_ps(up, p, 0x01);
+    }
+    // lane n of v in every lane (n < 8)
+    static inline __m256 lane(__m256 v, int64_t n) {
+        return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(static_cast<int>(n)));
     }
     // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 8; only those lanes are read)
     static inline __m256 load_range(const float* p, int64_t lo, int64_t hi, __m256 fill) {
