@@ -125,6 +125,19 @@ inline bool pool_flat_threes(const ConvShape& s, const AvgPoolGeometry& g, int64
            4 * s.h * s.w + 6 * lanes <= avgpool_work_floats(s, g);
 }
 
+// The outputs of a row of 3 x 3/2 windows whose last column lies inside the row (at most ow).
+inline int64_t threes_s2_inside_outputs(const ConvShape& s) {
+    const int64_t n = (s.w - 3 + s.pw) / 2 + 1;
+    return n < s.ow ? n : s.ow;
+}
+
+// pool2d's rows of 3 x 3/2 windows in whole vectors (pool_driver.inc, avx2's 8 lanes): unit
+// column dilation, at most one pad column on the left, a vector of outputs or more inside.
+inline bool threes_s2_whole_rows(const ConvShape& s, int64_t lanes) {
+    return s.kw == 3 && s.sw == 2 && s.dw == 1 && s.pw <= 1 && s.w >= lanes &&
+           threes_s2_inside_outputs(s) >= lanes;
+}
+
 // Winograd F(2x2, 3x3) of one image and group (wino_driver.inc): a 3x3 kernel at unit
 // strides and dilations, outputs in tiles of 2 x 2, th x tw of them numbered t = ty * tw + tx
 // and rounded up to whole panels of nr (tpad).  V holds 16 matrices of c x tpad (input
