@@ -190,8 +190,9 @@ struct IsaKernels {
     // has unit column stride, y rows (channels) have stride ldy and hold the positions
     // contiguously; block is CONV_KC * CONV_NCB floats; wpacked is conv_pack_w_blocked's
     // layout of w_tiles tiles, or conv_pack_w's where w_tiles is 0.  conv_direct and
-    // conv_lanes take z the same way.  Each of the three is a pair: [0] fast mode, [1] exact mode (a multiply and an
-    // add per term, the first term assigned: docs/exact-mode.md's sums; act and z unused).
+    // conv_lanes take z the same way.  Each of the three is a pair: [0] fast mode, [1] exact
+    // mode (a multiply and an add per term, the first term assigned: docs/exact-mode.md's
+    // sums; act and z unused).
     void (*conv_fast[2])(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                          std::ptrdiff_t x_rs, const float* wpacked, int64_t w_tiles, int64_t m0,
                          int64_t m1, int64_t j0, int64_t j1, float* y, const float* z,
