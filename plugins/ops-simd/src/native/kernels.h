@@ -6,6 +6,7 @@
 // code that runs before the CPU check.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
