@@ -171,6 +171,10 @@ def test_values_and_split_independence(isa, g):
     [
         (80, 9, 29, 3, 1),  # lanes: four channel vectors, then one; a row a tile, pieces of 6, 5
         (64, 6, 7, 3, 1),  # narrow rows: pairs of channel vectors
+        # avx2's pairs on narrow rows: pieces run on from one row into the next
+        (40, 7, 7, 3, 1),  # one run of 49 positions (pieces of 5 and 4), then a vector
+        (32, 23, 12, 3, 2),  # strided, 12 rows of 6: a run of 64 positions, then one of 8
+        (16, 3, 2, 3, 1),  # a run of 6 positions: fewer than a whole store of 8
         (72, 11, 23, 3, 2),  # strided quads
         (70, 7, 40, 5, 3),  # other strides: quads index each position
         (40, 12, 33, 3, 1),  # direct: wide positions (fewer tiles than rows of 16, 16, 1)
