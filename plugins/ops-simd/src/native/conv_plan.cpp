@@ -654,11 +654,15 @@ private:
     void pack_weight(const InArray& w) {
         // a large weight on huge pages where the OS offers them: its first touch (below) was a
         // page fault per 4 KiB, much of a large model's planning time
-        const size_t want = static_cast<size_t>(per_group_ * group_) * sizeof(float);
+        // (+ PACK_SLACK zeroed floats: the packed kernel's last positions read a whole vector
+        // at a tile's last depth step, avx2 two floats past its 6)
+        const size_t used = static_cast<size_t>(per_group_ * group_) * sizeof(float);
+        const size_t want = used + PACK_SLACK * sizeof(float);
         const size_t align = want >= HUGE_PACK_BYTES ? HUGE_PAGE_BYTES : 64;
-        const size_t bytes = want > 0 ? (want + align - 1) / align * align : align;
+        const size_t bytes = (want + align - 1) / align * align;
         packed_.reset(static_cast<float*>(std::aligned_alloc(align, bytes)));
         if (!packed_) throw std::bad_alloc();
+        std::memset(reinterpret_cast<char*>(packed_.get()) + used, 0, want - used);
 #ifdef MADV_HUGEPAGE
         if (align == HUGE_PAGE_BYTES) madvise(packed_.get(), bytes, MADV_HUGEPAGE);  // a hint
 #endif

@@ -90,6 +90,9 @@ struct LanesTiling {
 // floats of scratch per thread); CONV_NCB is a multiple of every ISA's cnr.
 constexpr int64_t CONV_KC = 256;
 constexpr int64_t CONV_NCB = 256;
+// Floats after a packed convolution weight, zero, that a kernel may read with a whole vector
+// (conv_driver.inc's conv_tail: one ISA vector at a tile's last depth step).
+constexpr int64_t PACK_SLACK = 16;
 
 // MaxPool's and AveragePool's layout (pool_driver.inc's pool2d; pool_layout in module.cpp fills
 // it, AvgPoolCall the divisor; MaxPool's stays null): rows of column reductions of wp floats
