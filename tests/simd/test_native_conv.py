@@ -763,8 +763,8 @@ AUTO_CHOICES_AVX512 = [
 ]
 #: ... and avx2's own: 8-channel lanes for windows above 1x1 from a depth of 400 (strided: 32),
 #: packed columns for 1x1 kernels (stream for at most 24 channels, lanes for squeezes, for one
-#: position and for few positions off whole tiles) and for large images with 128 channels and
-#: more.
+#: position and for small maps of more positions off whole tiles than the packed kernel takes in
+#: lanes) and for large images with 128 channels and more.
 AUTO_CHOICES_AVX2 = [
     ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 16 channels and more, 2**24 MACs
     ((224, 224, 7, 7, 3), (1, 1), "winograd"),  # ... on one whole panel of 16 tiles
@@ -786,15 +786,22 @@ AUTO_CHOICES_AVX2 = [
     ((3, 64, 224, 224, 3), (2, 2), "direct"),
     ((16, 32, 64, 64, 3), (2, 2), "lanes"),  # ... not 16 channels
     ((3, 96, 224, 224, 11), (4, 4), "lanes"),  # ... nor stride 4
-    ((256, 64, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed columns ...
+    ((64, 256, 56, 56, 1), (1, 1), "packed"),  # 1x1: packed columns ...
     ((16, 64, 55, 55, 1), (1, 1), "packed"),
     ((24, 16, 55, 55, 1), (1, 1), "stream"),  # ... x in place for 16 channels ...
     ((256, 32, 27, 27, 1), (1, 1), "lanes"),  # ... channels in lanes for squeezes ...
     ((64, 16, 55, 55, 1), (1, 1), "lanes"),
-    ((512, 64, 14, 14, 1), (1, 1), "lanes"),  # ... of 64 channels on small maps only
-    ((192, 64, 28, 28, 1), (1, 1), "packed"),
-    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # not channels in lanes under 4 MiB of weights
-    ((512, 128, 7, 7, 1), (1, 1), "lanes"),  # ... but under 2 MiB on 49 positions
+    ((256, 64, 56, 56, 1), (1, 1), "lanes"),  # ... of up to 64 channels on any map
+    ((192, 64, 28, 28, 1), (1, 1), "lanes"),
+    ((512, 128, 28, 28, 1), (1, 1), "lanes"),  # ... 128 from four times as many inputs
+    ((1024, 128, 14, 14, 1), (1, 1), "lanes"),
+    ((256, 128, 28, 28, 1), (1, 1), "packed"),  # ... not from fewer
+    ((1024, 128, 7, 7, 1), (1, 1), "packed"),  # ... nor on 49 positions
+    ((1024, 256, 14, 14, 1), (1, 1), "packed"),  # ... nor 256 channels
+    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # 49 positions: the 49th in lanes, packed
+    ((512, 128, 7, 7, 1), (1, 1), "packed"),
+    ((512, 512, 5, 5, 1), (1, 1), "lanes"),  # ... but 9 past whole tiles: lanes
+    ((512, 512, 2, 2, 1), (1, 1), "lanes"),  # ... and no whole tile
     ((256, 256, 8, 8, 1), (1, 1), "packed"),  # ... not on 64: whole tiles of 16 positions
     ((2048, 1000, 1, 1, 1), (1, 1), "lanes"),  # ... and on one position, under any weight
     ((1024, 2048, 14, 14, 1), (2, 2), "packed"),

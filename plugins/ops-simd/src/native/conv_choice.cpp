@@ -61,26 +61,37 @@ constexpr int64_t LANES_MIN_DEPTH = 32;
 // (512->24 on 13 x 13: 0.115, 0.116).
 constexpr int64_t LANES_MIN_DEPTH_UNIT_AVX2 = 400;
 // ... and for 1x1 kernels on one position (a classifier or a squeeze-and-excite layer as a
-// Conv: densenet121's 1024->1000 0.10 against packed 0.25 ms, 2048->1000 166 against 485 us)
-// and on up to LANES_MAX_POSITIONS_1X1 positions that leave the packed tiles' 16 columns
-// partly empty, under weights up to this size (since the lanes tiles step from plane to plane
-// and prefetch: 7 x 7 maps, light_densenet121's 512->128 to 992->128 0.07-0.13 against
-// 0.08-0.16 ms, light_inception_v2's 1024->352 0.78 against 0.80, light_inception_v1's
+// Conv: densenet121's 1024->1000 0.10 against packed 0.25 ms, 2048->1000 166 against 485 us;
+// since the packed kernel takes its last few positions in lanes, 126 / 78 against 110 / 81 us
+// at one / two threads, kept) and on up to LANES_MAX_POSITIONS_1X1 positions that leave the
+// packed tiles' 16 columns partly empty, more of them than the packed kernel takes in lanes
+// (isa.conv_tail) or all, under weights up to this size (since the lanes tiles step from plane
+// to plane and prefetch: 7 x 7 maps, light_densenet121's 512->128 to 992->128 0.07-0.13
+// against 0.08-0.16 ms, light_inception_v2's 1024->352 0.78 against 0.80, light_inception_v1's
 // 832->384 on 6 x 6 0.24 against 0.27; 2 to 4 MiB of weights tied, light_resnet50's 4 MiB
 // 512->2048 lost, 1.29 against 1.15 ms in bench/conv_micro.py; 4 x 4 and 8 x 8 maps, whole
-// tiles, lost 7-8%).
+// tiles, lost 7-8%).  With the last positions in lanes packed wins 7 x 7 and 6 x 6 maps (x
+// rewritten and the caches swept before each call, one / two threads: 512->128 on 7 x 7 104 /
+// 106 against 112 / 119 us, 992->128 194 / 152 against 207 / 219, 1024->352 476 / 285
+// against 576 / 326, 832->384 425 / 256 against 535 / 304, 512->512 on 6 x 6 215 / 147
+// against 262 / 169), lanes still 2 x 2 (512->512 80 / 56 against 118 / 76).
 constexpr double LANES_MAX_WEIGHT_BYTES_1X1_AVX2 = 2.0 * 1024 * 1024;
 constexpr int64_t STREAM_MAX_CHANNELS_AVX2 = 24;
 // ... but since the lanes kernel reads a plain 1x1 kernel's planes as one row, it wins the
-// squeezes, few output channels from at least twice as many inputs: up to 48 channels on any
-// map, 64 on up to 256 positions (avx2, the plan's stage and run, warm: 128->32 on 27 x 27
-// lanes 66, packed 85 us; 256->32 on 27 x 27 141, 168; 192->16 on 28 x 28 55, stream 62;
-// 480->16 on 14 x 14 33, 47; 832->32 on 7 x 7 34, 53; 512->64 on 14 x 14 134, 149; but 64
-// channels on 28 x 28 lost, 192->64 218 against 212, and on 56 x 56, 256->64 1192 against
-// 1144).
-constexpr int64_t LANES_MAX_SQUEEZE_AVX2 = 48;
-constexpr int64_t LANES_MAX_SQUEEZE_AVX2_SMALL = 64;
-constexpr int64_t LANES_MAX_SQUEEZE_POSITIONS_AVX2 = 256;
+// squeezes, few output channels from at least twice as many inputs: up to 64 channels on any
+// map, and up to 128 from at least four times as many inputs on maps of 196 positions or more
+// (avx2, the plan's stage and run, x rewritten and the caches swept before each call, lanes
+// against packed, one and two threads: 256->64 on 56 x 56 1038 / 613 against 1124 / 694 us,
+// 192->64 on 28 x 28 203 / 168 against 218 / 193, 512->64 on 13 x 13 121 / 85 against 134 /
+// 89, 128->32 on 55 x 55 277 / 173 against 337 / 190; 1024->128 on 14 x 14 511 / 303 against
+// 536 / 311, 768->128 387 / 239 against 408 / 243, 512->128 on 28 x 28 1006 / 688 against 1047
+// / 692; but 1024->128 on 7 x 7 lost, 183 / 183 against 167 / 127, and from fewer inputs
+// 256->128 on 28 x 28 at two threads, 359 against 333; 1024->256 on 14 x 14 lost at one
+// thread, 1047 against 1028).
+constexpr int64_t LANES_MAX_SQUEEZE_AVX2 = 64;
+constexpr int64_t LANES_MAX_DEEP_SQUEEZE_AVX2 = 128;
+constexpr int64_t LANES_DEEP_SQUEEZE_RATIO_AVX2 = 4;
+constexpr int64_t LANES_MIN_DEEP_SQUEEZE_POSITIONS_AVX2 = 196;
 // ... except where a unit-stride image outgrows half of L2 and there are output channels
 // enough to repay packing its columns: there the lanes and direct kernels wait on its taps
 // (light_vgg19's 3x3 512->512 on 28 x 28, a 1.8 MiB image: packed 36.5, direct 40.8, lanes 42.2
@@ -232,14 +243,14 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
         if (!one && depth >= (unit ? LANES_MIN_DEPTH_UNIT_AVX2 : LANES_MIN_DEPTH))
             return LANES;
         if (one && (positions == 1 || (positions <= LANES_MAX_POSITIONS_1X1 &&
-                                       positions % cnr != 0 &&
+                                       (positions < cnr || positions % cnr > isa.conv_tail) &&
                                        4.0 * static_cast<double>(mg) * depth <=
                                            LANES_MAX_WEIGHT_BYTES_1X1_AVX2)))
             return LANES;
-        const bool squeeze = s.c >= 2 * mg &&
-                             (mg <= LANES_MAX_SQUEEZE_AVX2 ||
-                              (mg <= LANES_MAX_SQUEEZE_AVX2_SMALL &&
-                               positions <= LANES_MAX_SQUEEZE_POSITIONS_AVX2));
+        const bool squeeze =
+            (s.c >= 2 * mg && mg <= LANES_MAX_SQUEEZE_AVX2) ||
+            (s.c >= LANES_DEEP_SQUEEZE_RATIO_AVX2 * mg && mg <= LANES_MAX_DEEP_SQUEEZE_AVX2 &&
+             positions >= LANES_MIN_DEEP_SQUEEZE_POSITIONS_AVX2);
         if (in_place && squeeze) return LANES;
         if (in_place && mg <= STREAM_MAX_CHANNELS_AVX2) return STREAM;
         return unit && !one ? DIRECT : PACKED;

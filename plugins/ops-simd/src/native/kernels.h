@@ -181,6 +181,7 @@ struct IsaKernels {
     int cmr;  // output channels per conv micro-tile (rows of a packed weight tile)
     int cnr;  // output positions per conv micro-tile
     int crt;  // output positions per channels-in-lanes conv tile
+    int conv_tail;  // the most positions conv_fast takes past its last whole tile in lanes
     // w (m x k, row-major) packed as ceil(m / cmr) tiles of cmr rows, each tile's whole
     // depth after another (conv_direct, and conv_fast with w_tiles 0): ceil(m / cmr) * cmr * k
     // floats.
