@@ -282,10 +282,14 @@ struct IsaKernels {
                        float* scratch);
 };
 
+// Floats past the Winograd buffers' last rows that a partial vector may write or read whole
+// (a vector's, W <= 16).
+constexpr int64_t WINO_SLACK = 16;
+
 // Floats of wino_tiles' scratch for `rows` output channels (slivers * mr) and `tiles` tiles
 // (rounded up to whole panels of nr): 16 products, then four rows of tw outputs.
 inline int64_t wino_scratch_floats(int64_t rows, int64_t tiles, int64_t nr, int64_t tw) {
-    return 16 * rows * ((tiles + nr - 1) / nr * nr) + 4 * tw;
+    return 16 * rows * ((tiles + nr - 1) / nr * nr) + 4 * tw + WINO_SLACK;
 }
 
 // Floats from one of wino_input's padded rows to the next: 2 tw + 2 columns, then slack for
@@ -296,7 +300,7 @@ inline int64_t wino_pitch(const WinoShape& s) { return 2 * s.tw + 2 + 36; }
 // channel's padded rows under the tile rows [t0, t1) touches, then 16 rows of tw (d B).
 inline int64_t wino_input_floats(const WinoShape& s, int64_t channels, int64_t t0, int64_t t1) {
     const int64_t tile_rows = (t1 - 1) / s.tw - t0 / s.tw + 1;
-    return channels * (2 * tile_rows + 2) * wino_pitch(s) + 16 * s.tw;
+    return channels * (2 * tile_rows + 2) * wino_pitch(s) + 16 * s.tw + WINO_SLACK;
 }
 
 // Selected boxes per step of nms_suppressed (its arrays are padded to a multiple of it).
