@@ -71,9 +71,7 @@ struct PoolLanes {
     static inline __m256 load_n(const float* p, int64_t n) {
         return _mm256_maskload_ps(p, first(n));
     }
-    static inline void store_n(float* p, __m256 v, int64_t n) {
-        _mm256_maskstore_ps(p, first(n), v);
-    }
+    static inline void store_n(float* p, __m256 v, int64_t n) { store_first8(p, v, n); }
     // lanes N, ..., 7 of a, then lanes 0, ..., N - 1 of b (N <= 4): palignr per 128-bit half,
     // over a and the halves a_hi, b_lo
     template <int N>
