@@ -781,7 +781,8 @@ AUTO_CHOICES_AVX2 = [
     ((16, 128, 27, 27, 3), (1, 1), "direct"),  # a depth of 144
     ((16, 64, 56, 56, 3), (1, 1), "winograd"),  # ... Winograd from 16 channels
     ((8, 64, 56, 56, 3), (1, 1), "direct"),  # ... but not 8
-    ((128, 32, 56, 56, 3), (1, 1), "lanes"),  # ... nor fewer than 64 output channels
+    ((128, 32, 56, 56, 3), (1, 1), "winograd"),  # ... from 32 output channels
+    ((128, 16, 56, 56, 3), (1, 1), "lanes"),  # ... not 16
     ((128, 256, 56, 56, 5), (1, 1), "packed"),  # a 1.9 MiB image, 256 channels: packed
     ((512, 512, 28, 28, 5), (1, 1), "packed"),
     ((64, 128, 28, 28, 5), (1, 1), "lanes"),  # ... but not a 256 KiB one

@@ -131,10 +131,15 @@ constexpr int64_t STREAM_MAX_CHANNELS = 192;
 // (7.2 M multiply-adds) 1.23, 16->32 on 16 x 16 1.2, 3->16 on 32 x 32 2.2 (products too
 // shallow or too small to repay the transforms).
 constexpr int64_t WINO_MIN_CHANNELS = 16;
-// ... and on avx2 from 64 output channels: with fewer its products (6-row slivers) no longer
-// repaid the transform against the lanes kernel (light_densenet121's 128->32 on 56 x 56: 2.70
-// against 2.37 ms, on 28 x 28 0.66 against 0.58; avx512 won both, 0.89).
-constexpr int64_t WINO_MIN_OUT_CHANNELS_AVX2 = 64;
+// ... and on avx2 from 32 output channels: with fewer its products (6-row slivers) do not
+// repay the transform against the lanes kernel (128->16 on 28 x 28, one thread, L3-warm 277
+// against 283 us, from memory 443 against 322).  With 32 they do since Winograd's partial
+// vectors take no masked stores (light_densenet121's 128->32 on 28 x 28 427 against 543 us,
+// on 56 x 56 2199 against 2228, two threads 333 / 386 and 1085 / 1470; from memory lanes
+// still wins at one thread, 664 / 599; the model, forcing those 18 layers in one process,
+// interleaved: 0.97 of lanes at one thread, 0.94 at two).  Below 64 channels it had lost
+// before (densenet's 56 x 56: 2.70 against 2.37 ms).
+constexpr int64_t WINO_MIN_OUT_CHANNELS_AVX2 = 32;
 constexpr double WINO_MIN_MACS = 16777216.0;
 constexpr int64_t WINO_DEEP_CHANNELS = 32;
 constexpr double WINO_MIN_MACS_DEEP = 8388608.0;
