@@ -36,6 +36,10 @@ core: a build too old for the current kernel contract fails to load (its error i
 Python code that changed between the builds is compared along with the native code.  The
 installed build is the editable install: its Python files are the working tree's as they are now
 (uncommitted edits included) and its ``_native`` is whatever was built last, not necessarily HEAD.
+It is also built another way (its own build dir, an incremental build), and code layout alone
+moves small kernels: the same source ran the depthwise kernel up to 25% apart as the editable
+and as a ``--target`` build.  For differences of a few percent, build both sides alike
+(``--a-rev`` and ``--b-rev``).
 """
 
 from __future__ import annotations
