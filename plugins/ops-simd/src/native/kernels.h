@@ -91,7 +91,8 @@ struct LanesTiling {
 constexpr int64_t CONV_KC = 256;
 constexpr int64_t CONV_NCB = 256;
 // Floats after a packed convolution weight, zero, that a kernel may read with a whole vector
-// (conv_driver.inc's conv_tail: one ISA vector at a tile's last depth step).
+// (conv_driver.inc's conv_tail: one ISA vector at a tile's last depth step; wino_column: a
+// vector per sliver row, W - MR floats past the last sliver).
 constexpr int64_t PACK_SLACK = 16;
 
 // MaxPool's and AveragePool's layout (pool_driver.inc's pool2d; pool_layout in module.cpp fills

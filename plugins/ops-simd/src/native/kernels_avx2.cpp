@@ -68,9 +68,7 @@ struct PoolLanes {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     }
-    static inline __m256 load_n(const float* p, int64_t n) {
-        return _mm256_maskload_ps(p, first(n));
-    }
+    static inline __m256 load_n(const float* p, int64_t n) { return load_first8(p, n); }
     static inline void store_n(float* p, __m256 v, int64_t n) { store_first8(p, v, n); }
     // lanes N, ..., 7 of a, then lanes 0, ..., N - 1 of b (N <= 4): palignr per 128-bit half,
     // over a and the halves a_hi, b_lo
@@ -90,13 +88,17 @@ struct PoolLanes {
     static inline __m256 lane(__m256 v, int64_t n) {
         return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(static_cast<int>(n)));
     }
-    // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 8; only those lanes are read)
+    // lanes [lo, hi) of p, the others `fill` (0 <= lo < hi <= 8; only those lanes are read):
+    // loaded from p + lo, moved up lo lanes
     static inline __m256 load_range(const float* p, int64_t lo, int64_t hi, __m256 fill) {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i from = _mm256_set1_epi32(static_cast<int>(lo));
         const __m256i in = _mm256_andnot_si256(
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lo)), lane),
+            _mm256_cmpgt_epi32(from, lane),
             _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane));
-        return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, in), _mm256_castsi256_ps(in));
+        const __m256 v = _mm256_permutevar8x32_ps(load_first8(p + lo, hi - lo),
+                                                  _mm256_sub_epi32(lane, from));
+        return _mm256_blendv_ps(fill, v, _mm256_castsi256_ps(in));
     }
 };
 

@@ -28,6 +28,23 @@ static inline void store_first8(float* p, __m256 v, int64_t n) {
     }
     if (n) _mm_store_ss(p, part);
 }
+
+// Lanes [0, n) of p (0 <= n <= 8), the others zero, reading those n floats only, by plain
+// loads of 4, 2 and 1: AMD leaves it to the implementation whether a masked load (vmaskmovps)
+// faults on a masked-off lane (its manual, VMASKMOVPS; qemu's does), and a partial vector's
+// masked-off lanes often lie past the end of the array, or of the page.
+static inline __m128 load_first4(const float* p, int64_t n) {  // (n < 4)
+    if (n <= 0) return _mm_setzero_ps();
+    if (n == 1) return _mm_load_ss(p);
+    const __m128 two = _mm_loadl_pi(_mm_setzero_ps(), reinterpret_cast<const __m64*>(p));
+    return n == 2 ? two : _mm_movelh_ps(two, _mm_load_ss(p + 2));
+}
+static inline __m256 load_first8(const float* p, int64_t n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    if (n < 4) return _mm256_zextps128_ps256(load_first4(p, n));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),
+                                load_first4(p + 4, n - 4), 1);
+}
 #endif
 
 #define GRAPHRT_SIMD_X86_VEC(TYPE, WIDTH, P)                                        \
