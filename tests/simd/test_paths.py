@@ -120,6 +120,57 @@ def test_exact_cnn_is_bit_identical_on_every_path(path, threads):
     np.testing.assert_array_equal(bits(again), bits(want))
 
 
+def _fused_products_model() -> onnx.ModelProto:
+    """MatMul + Add(bias) + Relu, MatMul + Add(a (1,) bias) + Sigmoid, Gemm + Relu:
+    fused into FusedMatMul and FusedGemm, whose exact epilogues are ops-basic's."""
+    rng = np.random.default_rng(7)
+    w0 = rng.standard_normal((40, 30)).astype(np.float32)
+    b0 = rng.standard_normal(30).astype(np.float32)
+    w0[:, 4] = np.abs(w0[:, 4])
+    b0[4] = -np.inf  # + inf from the product: NaN, rewritten to the canonical NaN
+    w1 = rng.standard_normal((30, 20)).astype(np.float32)
+    b1 = rng.standard_normal(1).astype(np.float32)
+    w2 = rng.standard_normal((11, 20)).astype(np.float32)
+    c2 = rng.standard_normal(11).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["m0"]),
+        helper.make_node("Add", ["m0", "b0"], ["a0"]),
+        helper.make_node("Relu", ["a0"], ["r0"]),
+        helper.make_node("MatMul", ["r0", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Sigmoid", ["a1"], ["s1"]),
+        helper.make_node("Gemm", ["s1", "w2", "c2"], ["g2"], transB=1, alpha=0.75),
+        helper.make_node("Relu", ["g2"], ["y"]),
+    ]
+    inits = [init(n, v) for n, v in (("w0", w0), ("b0", b0), ("w1", w1), ("b1", b1),
+                                     ("w2", w2), ("c2", c2))]  # fmt: skip
+    outputs = [tensor("y", shape=[9, 11]), tensor("r0", shape=[9, 30])]  # r0: inf - inf's NaN
+    return make_model(nodes, [tensor("x", shape=[9, 40])], outputs, inits)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_exact_fused_products_run_natively_with_the_tables_bits(path, threads):
+    """Exact FusedMatMul and FusedGemm: the native exact product, then ops-basic's epilogue
+    (bias, exact Relu and Sigmoid, the NaN rewrite): numpy's bits, and native steps."""
+    from graphrt.explain import runs_on
+
+    model = _fused_products_model()
+    x = np.random.default_rng(8).standard_normal((9, 40)).astype(np.float32)
+    x[2, 3] = np.nan
+    x[5, :] = np.float32(1e38)  # row 5: product column 4 +inf, then inf - inf in the bias
+    ref = graphrt.Session(model, mode="exact", kernel_path="numpy")
+    want = ref.run(None, {"x": x})
+    with _session(model, path, mode="exact", intra_op_threads=threads) as sess:
+        fused = [s for s in sess.plan_for([x]).steps if s.node.info.op_type.startswith("Fused")]
+        assert sorted(s.node.info.op_type for s in fused) == ["FusedGemm", *["FusedMatMul"] * 2]
+        assert all(runs_on(s) == "native" for s in fused)
+        got = sess.run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(bits(g), bits(w))
+        assert np.isnan(w).any()
+
+
 def _gemm_model(ta: int, tb: int, c_shape, alpha: float, beta: float, const_b: bool):
     rng = np.random.default_rng(4)
     m, k, n = 19, 37, 23

@@ -88,6 +88,7 @@ class Plan:
     gelu: bool = False  # FusedMatMul's Gelu (erf form): the path's native Gelu after the product
     b_half: np.ndarray | None = None  # exact mode, a half-stored B: widened per run into ...
     b_scratch: int | None = None  # ... this scratch (float32, b_shape) before the product
+    fused: Any = None  # exact mode's fused bias and activation: ops-basic's Epilogue, after it
 
 
 def contiguous_call(
