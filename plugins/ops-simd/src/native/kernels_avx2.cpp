@@ -63,11 +63,7 @@ struct PoolLanes {
         return _mm256_or_ps(f, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
     }
     static inline bool any_nan(Flags f) { return _mm256_movemask_ps(f) != 0; }
-    // AveragePool's partial vectors: lanes [0, n) of p, n < 8 (masked lanes are never touched)
-    static inline __m256i first(int64_t n) {
-        return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
-                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    }
+    // AveragePool's partial vectors: lanes [0, n) of p, n < 8 (the others are never touched)
     static inline __m256 load_n(const float* p, int64_t n) { return load_first8(p, n); }
     static inline void store_n(float* p, __m256 v, int64_t n) { store_first8(p, v, n); }
     // lanes N, ..., 7 of a, then lanes 0, ..., N - 1 of b (N <= 4): palignr per 128-bit half,
