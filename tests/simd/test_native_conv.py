@@ -728,7 +728,8 @@ def test_winograd_keeps_nan_and_infinity_to_their_windows(isa, threads):
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5 * c * 9)
 
 
-#: The measured rules of conv_choice.cpp: avx512's (16-channel lanes) ...
+#: The measured rules of conv_choice.cpp: avx512's (16-channel lanes) as measured on Zen 4
+#: (the split512 rule set) ...
 AUTO_CHOICES_AVX512 = [
     ((64, 64, 56, 56, 3), (1, 1), "winograd"),  # 3x3, 16 channels and more, 2**24 MACs
     ((256, 256, 14, 14, 3), (1, 1), "winograd"),  # ... on 49 tiles
@@ -812,20 +813,81 @@ AUTO_CHOICES_AVX2 = [
 ]
 
 
+#: ... and where full-width 512-bit units (full512: Zen 5) changed them: Winograd from 100 tiles,
+#: 1x1 kernels on few positions in lanes only under 2 MiB of weights, deep ones not where they
+#: expand fourfold, the stream kernel up to 512 output channels.
+AUTO_CHOICES_FULL512 = [
+    ((256, 256, 14, 14, 3), (1, 1), "lanes"),  # 49 tiles: lanes
+    ((48, 192, 13, 13, 3), (1, 1), "lanes"),
+    ((32, 128, 27, 27, 3), (1, 1), "winograd"),  # ... 196 tiles: Winograd
+    ((64, 64, 56, 56, 3), (1, 1), "winograd"),
+    ((512, 512, 7, 7, 1), (1, 1), "lanes"),  # 49 positions, 1 MiB of weights
+    ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # ... 4 MiB
+    ((1024, 2048, 14, 14, 1), (2, 2), "packed"),  # ... strided, 8 MiB
+    ((2048, 1000, 1, 1, 1), (1, 1), "lanes"),  # ... but one position, under any weight
+    ((1024, 256, 14, 14, 1), (1, 1), "lanes"),  # deep, on 196 positions
+    ((512, 1000, 13, 13, 1), (1, 1), "lanes"),
+    ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... not a fourfold expansion
+    ((64, 256, 56, 56, 1), (1, 1), "stream"),  # x in place up to 512 output channels
+    ((512, 256, 28, 28, 1), (1, 1), "stream"),
+    ((128, 512, 28, 28, 1), (1, 1), "stream"),
+    ((512, 1024, 28, 28, 1), (1, 1), "packed"),  # ... not more
+    ((992, 128, 16, 17, 1), (1, 1), "packed"),  # ... nor deeper than 768
+]
+
+
 @pytest.mark.parametrize(
-    "isa, shape, strides, want",
-    [("avx512", *row) for row in AUTO_CHOICES_AVX512]
-    + [("avx2", *row) for row in AUTO_CHOICES_AVX2],
+    "isa, tuning, shape, strides, want",
+    [("avx512", "split512", *row) for row in AUTO_CHOICES_AVX512]
+    + [("avx512", "full512", *row) for row in AUTO_CHOICES_FULL512]
+    + [("avx2", tuning, *row) for row in AUTO_CHOICES_AVX2 for tuning in ("split512", "full512")],
 )
-def test_auto_kernel_choice(isa, shape, strides, want):
-    """The kernel conv_plan picks by itself, per ISA."""
+def test_auto_kernel_choice(isa, tuning, shape, strides, want):
+    """The kernel conv_plan picks by itself, per ISA and rule set (avx2 has one)."""
     path_or_skip(isa)
     c, m, h, w, k = shape
     out = [(h + 2 * (k // 2) - k) // strides[0] + 1, (w + 2 * (k // 2) - k) // strides[1] + 1]
     wt = np.ones((m, c, k, k), F32)
-    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, isa)
+    plan = simd.conv_plan(wt, 1, [1, c, h, w], strides, [1, 1], [k // 2] * 2, out, isa,
+                          tuning=tuning)  # fmt: skip
     assert plan.kernel == want
     assert plan.staged == (want in ("direct", "lanes", "winograd"))
+
+
+def _cpuinfo() -> dict[str, str] | None:
+    """The first processor's fields in /proc/cpuinfo (None where there is no such file)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n")[0]
+    except OSError:
+        return None
+    pairs = (line.split(":", 1) for line in first.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def test_conv_tuning_follows_the_cpu():
+    """full512 exactly on AMD family 26 (Zen 5) and later, by the kernel's own cpuid; "auto"
+    takes that rule set, and an unknown name says which ones there are."""
+    info = _cpuinfo()
+    if info is None or "cpu family" not in info:
+        pytest.skip("no /proc/cpuinfo with a cpu family to hold the kernel's cpuid against")
+    if ("avx512f" in info.get("flags", "").split()) != ("avx512" in simd.available_isas()):
+        pytest.skip("cpuid is not /proc/cpuinfo's CPU here (an emulated CPU: tox -e avx2-cpu)")
+    amd = info.get("vendor_id") == "AuthenticAMD"
+    want = "full512" if amd and int(info["cpu family"]) >= 26 else "split512"
+    assert simd.conv_tuning() == want
+    wt = np.ones((192, 48, 3, 3), F32)  # a layer the rule sets split on: 13 x 13, 49 tiles
+    args = (wt, 1, [1, 48, 13, 13], [1, 1], [1, 1], [1, 1], [13, 13], "scalar")
+    assert simd.conv_plan(*args, tuning="auto").kernel == simd.conv_plan(*args).kernel
+    with pytest.raises(ValueError, match="unknown conv tuning 'zen9'; expected auto, split512"):
+        simd.conv_plan(*args, tuning="zen9")
+    if "avx512" in simd.available_isas():
+        avx512 = (*args[:-1], "avx512")
+        assert simd.conv_plan(*avx512).kernel == simd.conv_plan(*avx512, tuning=want).kernel
+        assert [simd.conv_plan(*avx512, tuning=t).kernel for t in ("split512", "full512")] == [
+            "winograd",
+            "lanes",
+        ]
 
 
 def test_refusals():

@@ -152,6 +152,30 @@ constexpr int64_t WINO_MIN_TILES = 40;
 // half of a panel of 32, which won two of those four layers and lost the others.
 constexpr double WINO_MAX_U_BYTES_FEW_TILES_AVX2 = 8.0 * 1024 * 1024;
 
+// avx512 on full-width 512-bit units (FULL512, Zen 5): the rules above but where these
+// measurements differ (light_resnet50, light_squeezenet, light_inception_v2, each kernel forced
+// on every layer in turn, per-layer minimums in the model against onnxruntime's
+// (bench/profile_vs_ort.py); then the models interleaved, bench/bench_interleaved.py).  There
+// Winograd needs more tiles to repay its transforms: on 14 x 14 and 13 x 13 maps (49 tiles)
+// lanes won every layer, light_inception_v2's 128->128 236 against 305 us, 96->128 179 / 239,
+// 192->192 519 / 628, light_squeezenet's 64->256 210 / 294, 48->192 121 / 179,
+// light_resnet50's 256->256 942 / 994; on 28 x 28 and 27 x 27 (196 tiles) Winograd still won
+// or tied (128->128 734 / 907, 32->128 222 / 226).
+constexpr int64_t WINO_MIN_TILES_FULL512 = 100;
+// ... 1x1 kernels on up to LANES_MAX_POSITIONS_1X1 positions take lanes only under 2 MiB of
+// weights, as avx2 (light_resnet50's 512->2048 on 7 x 7, 4 MiB: packed 463, lanes 531 us;
+// 2048->512 484 / 525; 1x1/2 1024->2048 to 7 x 7 941 / 1088; light_inception_v2's 1024->352,
+// 1.4 MiB, a tie; 1024->128 lanes 63, packed 77) ...
+constexpr double LANES_MAX_WEIGHT_BYTES_1X1_FULL512 = 2.0 * 1024 * 1024;
+// ... deep 1x1 kernels on up to LANES_MAX_POSITIONS_FLAT positions not where they expand to
+// this many times the input channels (light_resnet50's 256->1024 on 14 x 14: packed 444,
+// lanes 493 us; 1024->256 lanes 426, packed 463; 1024->512 a tie) ...
+constexpr int64_t LANES_MAX_EXPANSION_FULL512 = 4;
+// ... and the stream kernel serves up to this many output channels (light_resnet50's 64->256
+// on 56 x 56: stream 459, packed 496 us; 128->512 on 28 x 28 428 / 457; 512->256 794 / 911;
+// 512->1024 a tie at 955).
+constexpr int64_t STREAM_MAX_CHANNELS_FULL512 = 512;
+
 // The direct kernel with strides (phase planes): where "auto" takes it
 constexpr int64_t DIRECT_AUTO_MAX_STRIDE = 3;
 constexpr int64_t DIRECT_MAX_STRIDED_CHANNELS = 8;
@@ -161,7 +185,7 @@ constexpr int64_t DIRECT_MAX_STRIDED_CHANNELS = 8;
 // "auto" picks by the measured rules above; a forced kernel the geometry or ISA cannot run is
 // a ValueError.
 ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& isa, bool exact,
-                              const std::string& kernel) {
+                              const std::string& kernel, ConvTuning tuning) {
     const bool unit = s.sh == 1 && s.sw == 1;
     const bool lanes_ok = isa.conv_lanes_ok;
     const bool one = s.kh * s.kw == 1;
@@ -209,8 +233,9 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
         const double macs = 9.0 * s.c * mg * static_cast<double>(s.oh) * s.ow;
         const bool wide = isa.lmr >= 16;
         const double u_bytes = 64.0 * s.c * mg;  // 16 floats per weight window
+        const bool full = wide && tuning == FULL512;
         const bool enough_tiles =
-            tiles >= WINO_MIN_TILES ||
+            tiles >= (full ? WINO_MIN_TILES_FULL512 : WINO_MIN_TILES) ||
             (!wide && tiles >= nr && u_bytes <= WINO_MAX_U_BYTES_FEW_TILES_AVX2);
         const double min_macs =
             s.c >= WINO_DEEP_CHANNELS ? WINO_MIN_MACS_DEEP : WINO_MIN_MACS;
@@ -236,6 +261,7 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
     const int64_t cnr = isa.cnr;
     const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
     const bool avx512 = isa.lmr >= 16;  // (avx2's lanes tiles are 8 channels)
+    const bool full = avx512 && tuning == FULL512;
     const bool too_deep_to_stream = avx512 && depth > STREAM_MAX_DEPTH_AVX512;
     if (lanes_ok && !avx512) {  // avx2: rules of its own
         // (in double: no overflow, whatever the pads)
@@ -261,9 +287,13 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
         return unit && !one ? DIRECT : PACKED;
     }
     if (lanes_ok) {
-        if (one ? positions <= LANES_MAX_POSITIONS_1X1 ||
-                      ((in_place || !unit) && depth >= LANES_MIN_DEPTH_FLAT &&
-                       positions <= LANES_MAX_POSITIONS_FLAT)
+        const bool heavy = full && positions > 1 && positions <= LANES_MAX_POSITIONS_1X1 &&
+                           4.0 * static_cast<double>(mg) * depth >
+                               LANES_MAX_WEIGHT_BYTES_1X1_FULL512;
+        const bool flat = (in_place || !unit) && depth >= LANES_MIN_DEPTH_FLAT &&
+                          positions <= LANES_MAX_POSITIONS_FLAT &&
+                          (!full || mg < LANES_MAX_EXPANSION_FULL512 * s.c);
+        if (one ? !heavy && (positions <= LANES_MAX_POSITIONS_1X1 || flat)
                 : unit ? (s.ow % cnr ? depth >= LANES_MIN_DEPTH_UNIT
                                      : depth >= LANES_MIN_DEPTH_WHOLE_ROWS &&
                                            s.ow < DIRECT_MIN_WIDTH_WHOLE_ROWS) ||
@@ -272,7 +302,9 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
             return LANES;
     }
     if (unit && !one) return DIRECT;
-    if (in_place && mg < STREAM_MAX_CHANNELS && !too_deep_to_stream) return STREAM;
+    if (in_place && !too_deep_to_stream &&
+        (full ? mg <= STREAM_MAX_CHANNELS_FULL512 : mg < STREAM_MAX_CHANNELS))
+        return STREAM;
     return PACKED;
 }
 

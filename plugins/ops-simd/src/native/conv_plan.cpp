@@ -90,8 +90,10 @@ public:
     ConvPlan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
              const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
              const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-             const std::string& isa, const std::string& kernel, bool exact)
+             const std::string& isa, const std::string& kernel, bool exact,
+             const std::string& tuning)
         : isa_(&kernels_for(isa)), group_(group), exact_(exact) {
+        const ConvTuning rules = conv_tuning_named(tuning);
         check_matrix(w, "w", 4);
         auto check = [](const std::vector<int64_t>& v, size_t size, const char* what,
                         int64_t least) {
@@ -129,7 +131,7 @@ public:
         bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
-        mode_ = choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel);
+        mode_ = choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel, rules);
         if (mode_ == WINO) {
             plan_winograd(w);
             return;
@@ -769,8 +771,10 @@ private:
 ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                     const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
-                    const std::string& isa, const std::string& kernel, bool exact) {
-    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel, exact);
+                    const std::string& isa, const std::string& kernel, bool exact,
+                    const std::string& tuning) {
+    return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel, exact,
+                        tuning);
 }
 
 }  // namespace
@@ -802,11 +806,12 @@ void bind_conv(nb::module_& m) {
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::arg("exact") = false,
-          nb::rv_policy::take_ownership,
+          nb::arg("tuning") = "auto", nb::rv_policy::take_ownership,
           "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
           "output extents, which fix the pads after; kernel: auto, direct, lanes, packed, "
           "stream or winograd; exact: exact mode's sums, bit for bit on every ISA, no "
-          "Winograd, no activation or residual in the run).");
+          "Winograd, no activation or residual in the run; tuning: the rule set auto follows "
+          "on avx512, auto (this CPU's: conv_tuning()), split512 or full512).");
 }
 
 }  // namespace graphrt_simd

@@ -25,6 +25,7 @@
 #endif
 
 #include "binding.h"
+#include "conv_choice.h"
 #include "fast.h"
 #include "kernels.h"
 #include "pool.h"
@@ -76,9 +77,25 @@ const CpuFeatures& cpu() {
 
 bool cpu_has_avx2() { return cpu().avx2; }
 bool cpu_has_avx512() { return cpu().avx512; }
+
+// AMD's family 26 (Zen 5) and later run 512-bit operations on full-width units; Zen 4 (family
+// 25) splits them in two halves, and so do the rules measured there (the default for every
+// other CPU: the ones measured on it).
+bool cpu_full_width_512() {
+    static const bool full = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+        const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // AuthenticAMD
+        if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+        const unsigned base = (a >> 8) & 0xF, extended = (a >> 20) & 0xFF;
+        return (base == 0xF ? base + extended : base) >= 0x1A;
+    }();
+    return full;
+}
 #else
 bool cpu_has_avx2() { return false; }
 bool cpu_has_avx512() { return false; }
+bool cpu_full_width_512() { return false; }
 #endif
 
 std::vector<std::string> available_isas() {
@@ -91,6 +108,20 @@ std::vector<std::string> available_isas() {
 }  // namespace
 
 namespace graphrt_simd {
+
+ConvTuning detected_conv_tuning() { return cpu_full_width_512() ? FULL512 : SPLIT512; }
+
+ConvTuning conv_tuning_named(const std::string& name) {
+    if (name == "auto") return detected_conv_tuning();
+    if (name == "split512") return SPLIT512;
+    if (name == "full512") return FULL512;
+    throw nb::value_error(
+        ("unknown conv tuning '" + name + "'; expected auto, split512 or full512").c_str());
+}
+
+const char* conv_tuning_name(ConvTuning tuning) {
+    return tuning == FULL512 ? "full512" : "split512";
+}
 
 const IsaKernels& kernels_for(const std::string& isa) {
     if (isa == "scalar") return scalar_kernels;
@@ -996,6 +1027,10 @@ NB_MODULE(_native, m) {
              "Pack a new B of the same shape into this buffer (not while a gemm reads it).");
 
     m.def("available_isas", &available_isas, "ISAs this CPU and OS can run, scalar first.");
+    m.def("conv_tuning", [] { return std::string(conv_tuning_name(detected_conv_tuning())); },
+          "The rule set auto's convolution choices follow on avx512 on this CPU: split512 "
+          "(measured on Zen 4; any CPU not known to have full-width 512-bit units) or full512 "
+          "(measured on Zen 5).");
     m.def("pack_b", &pack_b, nb::arg("b"), nb::arg("isa"), nb::rv_policy::take_ownership,
           "Pack B (k x n, any strides) for the fast GEMM of one ISA.");
     m.def("pack_b_half", &pack_b_half, nb::arg("b"), nb::arg("isa"), nb::arg("kind"),
