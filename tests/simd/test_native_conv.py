@@ -122,25 +122,27 @@ def test_packed_kernel_over_several_depth_blocks(isa, case):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * depth, err_msg=f"{split}")
 
 
+@pytest.mark.parametrize("tuning", ["split512", "full512"])
 @pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize("isa", ALL_PATHS)
-def test_packed_last_positions_carry_the_bits_of_whole_tiles(isa, exact):
+def test_packed_last_positions_carry_the_bits_of_whole_tiles(isa, exact, tuning):
     """A 1x1 layer's position j reads x[..., j] alone, so the first P positions of a row of P
     (a last partial tile: on avx2/avx512 a few positions taken with the channels in lanes, or
     one riding along with a whole tile) carry the same bits as in a row of 48 (whole tiles
     only): over two depth blocks, a partial tile of channels, bias, a residual and Relu (fast
-    mode), on 1 and 2 threads (spans of channels), and the float64 values."""
+    mode), on 1 and 2 threads (spans of channels), and the float64 values.  Under full512 the
+    avx512 kernel runs whole tiles in pairs: the same bits as split512's single tiles."""
     path_or_skip(isa)
-    c, m, full = 300, 50, 48
+    c, m, full = 300, 50, 80
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, c, 1, full)).astype(F32)
     wt = rng.standard_normal((m, c, 1, 1)).astype(F32)
     b = rng.standard_normal(m).astype(F32)
     z = rng.standard_normal((1, m, 1, full)).astype(F32)
 
-    def run(width: int, threads: int) -> np.ndarray:
+    def run(width: int, threads: int, tuning: str = tuning) -> np.ndarray:
         plan = simd.conv_plan(wt, 1, [1, c, 1, width], [1, 1], [1, 1], [0, 0], [1, width], isa,
-                              "packed", exact)  # fmt: skip
+                              "packed", exact, tuning)  # fmt: skip
         y = np.full((1, m, 1, width), np.nan, F32)
         residual = None if exact else np.ascontiguousarray(z[..., :width])
         simd.ConvCall(plan, np.ascontiguousarray(x[..., :width]),
@@ -152,6 +154,7 @@ def test_packed_last_positions_carry_the_bits_of_whole_tiles(isa, exact):
     want = reference(x, wt, b, 1, (1, 1), (1, 1), (0, 0), (1, full))
     want = want if exact else np.maximum(want + z, 0)
     np.testing.assert_allclose(whole, want, rtol=1e-4, atol=1e-4 * c)
+    np.testing.assert_array_equal(bits(run(full, 2, "split512")), bits(whole))
     for width in range(1, full):
         for threads in (1, 2):
             got = run(width, threads)

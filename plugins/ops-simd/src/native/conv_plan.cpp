@@ -132,6 +132,7 @@ public:
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
         mode_ = choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel, rules);
+        packed_pairs_ = rules == FULL512;
         if (mode_ == WINO) {
             plan_winograd(w);
             return;
@@ -647,7 +648,7 @@ public:
                 const int64_t j1 = std::min({j0 + CONV_NCB, p1 * cnr, positions});
                 isa_->conv_fast[exact_](run_shape, xg, xs1, x_rs, wg,
                                         blocked_weights() ? tiles_ : 0, m0, m1, j0, j1, yg,
-                                        zg, ys1, bg, act, block);
+                                        zg, ys1, bg, act, block, packed_pairs_);
             }
         });
     }
@@ -722,6 +723,7 @@ private:
     ConvShape shape_{};  // the kernels' geometry (flat_: one row of h * w positions)
     int64_t x_h_ = 0, x_w_ = 0, y_h_ = 0, y_w_ = 0;  // the caller's planes
     bool flat_ = false;
+    bool packed_pairs_ = false;  // the packed kernel's whole tiles in pairs (FULL512's rules)
     bool exact_ = false;  // exact mode's sums (a multiply and an add per term; no Winograd)
     DirectShape direct_shape_{};
     std::vector<int64_t> offs_;

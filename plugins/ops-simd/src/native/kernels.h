@@ -198,11 +198,13 @@ struct IsaKernels {
     // layout of w_tiles tiles, or conv_pack_w's where w_tiles is 0.  conv_direct and
     // conv_lanes take z the same way.  Each of the three is a pair: [0] fast mode, [1] exact
     // mode (a multiply and an add per term, the first term assigned: docs/exact-mode.md's
-    // sums; act and z unused).
+    // sums; act and z unused).  conv_fast's pairs: whole tiles two at a time where the ISA has
+    // the pair (avx512: conv_driver.inc's conv_tile_pair; the same bits either way).
     void (*conv_fast[2])(const ConvShape& s, const float* x, std::ptrdiff_t x_cs,
                          std::ptrdiff_t x_rs, const float* wpacked, int64_t w_tiles, int64_t m0,
                          int64_t m1, int64_t j0, int64_t j1, float* y, const float* z,
-                         std::ptrdiff_t ldy, const float* bias, int act, float* block);
+                         std::ptrdiff_t ldy, const float* bias, int act, float* block,
+                         bool pairs);
     // The staged planes of one image and group (DirectShape) from x (unit column stride).
     void (*conv_stage)(const DirectShape& d, const float* x, std::ptrdiff_t x_cs,
                        std::ptrdiff_t x_rs, float* dst);
