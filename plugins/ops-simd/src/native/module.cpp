@@ -79,8 +79,8 @@ bool cpu_has_avx2() { return cpu().avx2; }
 bool cpu_has_avx512() { return cpu().avx512; }
 
 // AMD's family 26 (Zen 5) and later run 512-bit operations on full-width units; Zen 4 (family
-// 25) splits them in two halves, and so do the rules measured there (the default for every
-// other CPU: the ones measured on it).
+// 25) runs them as two 256-bit halves.  Every other CPU gets the rules measured on Zen 4, the
+// only other one measured.
 bool cpu_full_width_512() {
     static const bool full = [] {
         unsigned a = 0, b = 0, c = 0, d = 0;
