@@ -188,6 +188,8 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
                               const std::string& kernel, ConvTuning tuning) {
     const bool unit = s.sh == 1 && s.sw == 1;
     const bool lanes_ok = isa.conv_lanes_ok;
+    const bool avx512 = isa.lmr >= 16;  // (avx2's lanes tiles are 8 channels)
+    const bool full = avx512 && tuning == FULL512;
     const bool one = s.kh * s.kw == 1;
     if (kernel == "packed") return PACKED;
     const bool wino_ok = s.kh == 3 && s.kw == 3 && unit && s.dh == 1 && s.dw == 1;
@@ -231,16 +233,14 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
         const double tiles = static_cast<double>((s.oh + 1) / 2) * ((s.ow + 1) / 2);
         const double tpad = std::ceil(tiles / nr) * nr;
         const double macs = 9.0 * s.c * mg * static_cast<double>(s.oh) * s.ow;
-        const bool wide = isa.lmr >= 16;
         const double u_bytes = 64.0 * s.c * mg;  // 16 floats per weight window
-        const bool full = wide && tuning == FULL512;
         const bool enough_tiles =
             tiles >= (full ? WINO_MIN_TILES_FULL512 : WINO_MIN_TILES) ||
-            (!wide && tiles >= nr && u_bytes <= WINO_MAX_U_BYTES_FEW_TILES_AVX2);
+            (!avx512 && tiles >= nr && u_bytes <= WINO_MAX_U_BYTES_FEW_TILES_AVX2);
         const double min_macs =
             s.c >= WINO_DEEP_CHANNELS ? WINO_MIN_MACS_DEEP : WINO_MIN_MACS;
         if (macs >= min_macs && 64.0 * s.c * tpad <= WINO_MAX_V_BYTES &&
-            (wide || mg >= WINO_MIN_OUT_CHANNELS_AVX2) && enough_tiles)
+            (avx512 || mg >= WINO_MIN_OUT_CHANNELS_AVX2) && enough_tiles)
             return WINO;
     }
     // Strided windows over few input channels (the RGB stems): the direct kernel on phase
@@ -260,8 +260,6 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
     // the direct kernel's row tiles: 4 * ow below this fills less than 3/4 of their lanes
     const int64_t cnr = isa.cnr;
     const int64_t fill_quarters = DIRECT_MIN_FILL_QUARTERS * ((s.ow + cnr - 1) / cnr) * cnr;
-    const bool avx512 = isa.lmr >= 16;  // (avx2's lanes tiles are 8 channels)
-    const bool full = avx512 && tuning == FULL512;
     const bool too_deep_to_stream = avx512 && depth > STREAM_MAX_DEPTH_AVX512;
     if (lanes_ok && !avx512) {  // avx2: rules of its own
         // (in double: no overflow, whatever the pads)
