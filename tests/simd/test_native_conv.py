@@ -817,8 +817,8 @@ AUTO_CHOICES_AVX2 = [
 
 
 #: ... and where full-width 512-bit units (full512: Zen 5) changed them: Winograd from 100 tiles,
-#: 1x1 kernels on few positions in lanes only under 2 MiB of weights, deep ones not where they
-#: expand fourfold, the stream kernel up to 512 output channels.
+#: 1x1 kernels on few positions in lanes only under 2 MiB of weights, deep ones only where they
+#: squeeze, the stream kernel up to 512 output channels on maps of more than 256 positions.
 AUTO_CHOICES_FULL512 = [
     ((256, 256, 14, 14, 3), (1, 1), "lanes"),  # 49 tiles: lanes
     ((48, 192, 13, 13, 3), (1, 1), "lanes"),
@@ -828,13 +828,18 @@ AUTO_CHOICES_FULL512 = [
     ((512, 2048, 7, 7, 1), (1, 1), "packed"),  # ... 4 MiB
     ((1024, 2048, 14, 14, 1), (2, 2), "packed"),  # ... strided, 8 MiB
     ((2048, 1000, 1, 1, 1), (1, 1), "lanes"),  # ... but one position, under any weight
-    ((1024, 256, 14, 14, 1), (1, 1), "lanes"),  # deep, on 196 positions
-    ((512, 1000, 13, 13, 1), (1, 1), "lanes"),
-    ((256, 1024, 14, 14, 1), (1, 1), "packed"),  # ... not a fourfold expansion
+    ((1024, 256, 14, 14, 1), (1, 1), "lanes"),  # deep, on 196 positions, a squeeze
+    ((768, 384, 14, 14, 1), (1, 1), "lanes"),
+    ((512, 1000, 13, 13, 1), (1, 1), "packed"),  # ... not an expansion
+    ((256, 1024, 14, 14, 1), (1, 1), "packed"),
+    ((512, 512, 13, 13, 1), (1, 1), "packed"),  # ... nor as many outputs as inputs
+    ((512, 1024, 28, 28, 1), (2, 2), "packed"),  # ... strided
     ((64, 256, 56, 56, 1), (1, 1), "stream"),  # x in place up to 512 output channels
     ((512, 256, 28, 28, 1), (1, 1), "stream"),
     ((128, 512, 28, 28, 1), (1, 1), "stream"),
     ((512, 1024, 28, 28, 1), (1, 1), "packed"),  # ... not more
+    ((256, 256, 14, 14, 1), (1, 1), "packed"),  # ... and on 256 positions or fewer up to 191
+    ((192, 128, 14, 14, 1), (1, 1), "stream"),
     ((992, 128, 16, 17, 1), (1, 1), "packed"),  # ... nor deeper than 768
 ]
 

@@ -167,13 +167,21 @@ constexpr int64_t WINO_MIN_TILES_FULL512 = 100;
 // 2048->512 484 / 525; 1x1/2 1024->2048 to 7 x 7 941 / 1088; light_inception_v2's 1024->352,
 // 1.4 MiB, a tie; 1024->128 lanes 63, packed 77) ...
 constexpr double LANES_MAX_WEIGHT_BYTES_1X1_FULL512 = 2.0 * 1024 * 1024;
-// ... deep 1x1 kernels on up to LANES_MAX_POSITIONS_FLAT positions not where they expand to
-// this many times the input channels (light_resnet50's 256->1024 on 14 x 14: packed 444,
-// lanes 493 us; 1024->256 lanes 426, packed 463; 1024->512 a tie) ...
-constexpr int64_t LANES_MAX_EXPANSION_FULL512 = 4;
-// ... and the stream kernel serves up to this many output channels (light_resnet50's 64->256
-// on 56 x 56: stream 459, packed 496 us; 128->512 on 28 x 28 428 / 457; 512->256 794 / 911;
-// 512->1024 a tie at 955).
+// ... deep 1x1 kernels on up to LANES_MAX_POSITIONS_FLAT positions only where they squeeze,
+// fewer output channels than input ones (light_resnet50's 256->1024 on 14 x 14: packed 444,
+// lanes 493 us; 1024->256 lanes 426, packed 463; 1024->512 a tie; then bench/conv_micro.py's
+// native_kernel, one / two threads, lanes against packed: light_squeezenet's classifier
+// 512->1000 on 13 x 13 1.06 / 1.14 (in the model 723 against 683 us), 384->768 1.05 / 1.11,
+// 512->1024 on 14 x 14 1.04 / 1.08, 512->512 1.00 / 1.02 on 14 x 14 and 1.01 / 1.06 on 13 x 13,
+// 1x1/2 512->1024 to 14 x 14 1.06 / 0.98; the squeezes 768->384 0.97 / 0.94, 1024->256
+// 0.93 / 0.87) ...
+constexpr int64_t LANES_MAX_EXPANSION_FULL512 = 1;
+// ... and the stream kernel serves up to this many output channels on maps of more than
+// LANES_MAX_POSITIONS_FLAT positions (light_resnet50's 64->256 on 56 x 56: stream 459, packed
+// 496 us; 128->512 on 28 x 28 428 / 457; 512->256 794 / 911; 512->1024 a tie at 955); on
+// smaller ones STREAM_MAX_CHANNELS holds (bench/conv_micro.py's native_kernel, one / two
+// threads, stream against packed: 256->256 on 14 x 14 106 / 67 against 101 / 58 us, 256->512
+// 213 / 115 against 202 / 106, 512->512 on 13 x 13 389 / 200 against 363 / 189).
 constexpr int64_t STREAM_MAX_CHANNELS_FULL512 = 512;
 
 // The direct kernel with strides (phase planes): where "auto" takes it
@@ -301,7 +309,8 @@ ConvKernel choose_conv_kernel(const ConvShape& s, int64_t mg, const IsaKernels& 
     }
     if (unit && !one) return DIRECT;
     if (in_place && !too_deep_to_stream &&
-        (full ? mg <= STREAM_MAX_CHANNELS_FULL512 : mg < STREAM_MAX_CHANNELS))
+        (full && positions > LANES_MAX_POSITIONS_FLAT ? mg <= STREAM_MAX_CHANNELS_FULL512
+                                                       : mg < STREAM_MAX_CHANNELS))
         return STREAM;
     return PACKED;
 }
