@@ -31,7 +31,15 @@ import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_check_shapes import alternate
-from bench_models import LOOP_ITERATIONS, _model, _vi, _w, loop_10000, make_feed
+from bench_models import (
+    LOOP_ITERATIONS,
+    _model,
+    _vi,
+    _w,
+    loop_10000,
+    make_feed,
+    ort_session,
+)
 
 LOOP_IF_ITERATIONS = 2000
 RNN_STEPS, RNN_HIDDEN = 200, 32
@@ -130,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--models", help="comma-separated substrings of model names")
     args = parser.parse_args(argv)
-    import onnxruntime as ort
 
     print("| model | threads | per | gr µs | ort µs | gr/ort | max abs diff |")
     print("|---|---|---|---|---|---|---|")
@@ -140,12 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build()
         data = model.SerializeToString()
         feed = {k: np.asarray(v) for k, v in make_feed(model).items()}
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        theirs = ort_session(data, args.threads)
         ours = graphrt.Session(data, intra_op_threads=args.threads)
         diff = max(
             float(np.max(np.abs(a.astype(np.float64) - b), initial=0.0))

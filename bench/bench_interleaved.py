@@ -33,6 +33,7 @@ from bench_models import (
     make_feed,
     mlp,
     mlp_tiny,
+    ort_session,
     small_cnn,
 )
 from ort_avx2 import nchwc_block
@@ -86,15 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         model = build()
         data, feed = model.SerializeToString(), make_feed(model)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        # onnxruntime's workers spin for a while after each run; alternated with graphrt,
-        # that spinning takes the core graphrt's second thread needs.  Off, onnxruntime
-        # alone is as fast (41.1 vs 41.6 ms, light_resnet50, two threads).
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        theirs = ort_session(data, args.threads)
         auto = graphrt.Session(data, intra_op_threads=args.threads, kernel_path=args.path)
         sessions = [auto, theirs]
         if not args.no_numpy:

@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from bench_check_shapes import alternate  # noqa: E402
+from bench_models import ort_session  # noqa: E402
 
 from tests.ml import _tree_models as tm  # noqa: E402
 
@@ -65,12 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         data = tm.convert(model, x).SerializeToString()
         feed = {"X": np.ascontiguousarray(x[:batch])}
         for threads in (int(t) for t in args.threads.split(",")):
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = threads
-            so.inter_op_num_threads = 1
-            so.log_severity_level = 3
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            theirs = ort_session(data, threads)
             ours = graphrt.Session(data, intra_op_threads=threads)
             for got, want in zip(ours.run(None, feed), theirs.run(None, feed)):
                 if want.dtype.kind in "iu":

@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from bench_check_shapes import alternate  # noqa: E402
+from bench_models import ort_session  # noqa: E402
 
 from tests._transformers import encoder_feed, minilm_encoder  # noqa: E402
 
@@ -160,12 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             data, feed = build(), make_feed()
             for threads in (int(t) for t in args.threads.split(",")):
-                so = ort.SessionOptions()
-                so.intra_op_num_threads = threads
-                so.inter_op_num_threads = 1
-                so.log_severity_level = 3
-                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+                theirs = ort_session(data, threads)
                 ours = graphrt.Session(data, intra_op_threads=threads)
                 got, want = ours.run(None, feed)[0], theirs.run(None, feed)[0]
                 diff = float(np.abs(got.astype(np.float64) - want).max())

@@ -29,7 +29,7 @@ import onnx
 import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_models import LIGHT_DIR, make_feed
+from bench_models import LIGHT_DIR, make_feed, ort_session
 
 #: conv_plan's kernel names, auto's alternatives.
 KERNELS = ("direct", "lanes", "packed", "stream", "winograd")
@@ -125,14 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         forced.kernel = None
     runs: list[Any] = []
     if not args.no_ort:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        ref = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        ref = ort_session(data, args.threads)
         runs.append(lambda: ref.run(None, feed))
     profilers = {name: graphrt.Profiler() for name in sessions}
     for _ in range(args.rounds):

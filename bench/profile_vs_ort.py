@@ -27,7 +27,7 @@ import onnx
 import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_models import LIGHT_DIR, make_feed
+from bench_models import LIGHT_DIR, make_feed, ort_options
 
 #: graphrt's fused operators, under the family onnxruntime reports them in.
 FAMILY = {"FusedConv": "Conv", "FusedGemm": "Gemm", "FusedMatMul": "MatMul"}
@@ -85,11 +85,7 @@ def graphrt_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespace) 
 def onnxruntime_nodes(model: onnx.ModelProto, feed: dict, args: argparse.Namespace) -> dict:
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so = ort_options(args.threads)
     so.enable_profiling = True
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     for _ in range(3 + args.repeat):
