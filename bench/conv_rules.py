@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.model.endswith(".onnx")
         else os.path.join(LIGHT_DIR, f"{args.model}.onnx")
     )
-    data = onnx.load(path).SerializeToString()
-    feed = make_feed(onnx.load(path))
+    model = onnx.load(path)
+    data, feed = model.SerializeToString(), make_feed(model)
 
     def session() -> graphrt.Session:
         s = graphrt.Session(data, intra_op_threads=args.threads, kernel_path=args.kernel_path)
