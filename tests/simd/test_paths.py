@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 
 import numpy as np
 import onnx
@@ -313,6 +314,115 @@ def test_fast_mode_takes_the_native_gemm_on_vector_paths(monkeypatch):
             calls.clear()
             _session(model, path).run(None, feed)
             assert bool(calls) == (path != "scalar" and rows >= kernels.FAST_ANY_B_ROWS), path
+
+
+def _product_model(a_shape, b_shape, const: str | None):
+    """MatMul of a and b, one of them (``const``) an initializer, the other a graph input."""
+    rng = np.random.default_rng(8)
+    arrays = {
+        "a": rng.standard_normal(a_shape).astype(np.float32),
+        "b": rng.standard_normal(b_shape).astype(np.float32),
+    }
+    model = make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [tensor(n, shape=list(v.shape)) for n, v in arrays.items() if n != const],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init(n, v) for n, v in arrays.items() if n == const],
+    )
+    return model, arrays
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, const",
+    [
+        ((64, 128), (128, 96), None),  # two run-time operands
+        ((3, 40, 64), (64, 48), None),  # A's batch rows flattened onto one B
+        ((2, 3, 40, 64), (3, 64, 48), None),  # batch dims broadcast, one B per batch element
+        ((96, 64), (64, 40), "a"),  # W @ X: a constant A
+    ],
+)
+def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, monkeypatch):
+    """Where numpy's BLAS lacks AVX-512 kernels, a fast MatMul with a run-time B packs it into
+    its run state's buffer at every run: the values of the B of that run (within fast mode's
+    tolerance of float64), the same bits at 1 and 2 threads and for runs of different threads
+    at once; the avx2 path keeps numpy's product."""
+    path_or_skip("avx512")
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
+    calls = []
+    real = kernels._native.GemmCall
+    monkeypatch.setattr(
+        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
+    )
+    model, arrays = _product_model(a_shape, b_shape, const)
+    feeds = [
+        {n: v * scale + shift for n, v in arrays.items() if n != const}
+        for scale, shift in ((1.0, 0.0), (-2.0, 0.5), (0.25, -1.0))
+    ]
+    one = _session(model, "avx512", intra_op_threads=1)
+    two = _session(model, "avx512", intra_op_threads=2)
+    serial = []
+    for feed in feeds:
+        operands = {**{n: v for n, v in arrays.items() if n == const}, **feed}
+        want = np.matmul(operands["a"].astype(np.float64), operands["b"].astype(np.float64))
+        calls.clear()
+        got = one.run(None, feed)[0]
+        assert calls, "the native GEMM did not run"
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(bits(two.run(None, feed)[0]), bits(got))
+        serial.append(got)
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda i: one.run(None, feeds[i % 3])[0], range(24)))
+    for i, got in enumerate(results):
+        np.testing.assert_array_equal(bits(got), bits(serial[i % 3]))
+    if "avx2" in ISAS:
+        calls.clear()
+        _session(model, "avx2").run(None, feeds[0])
+        assert not calls
+
+
+def test_run_time_b_products_stay_on_numpy_below_the_bounds(monkeypatch):
+    """Fewer than FAST_ANY_B_ROWS rows, fewer than DYNAMIC_B_MIN_MACS multiply-adds per
+    product, or a BLAS with AVX-512 kernels: numpy's product."""
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
+    assert kernels.dynamic_b_native("avx512", 8, 1 << 16)
+    assert not kernels.dynamic_b_native("avx512", 7, 1 << 20)
+    assert not kernels.dynamic_b_native("avx512", 64, (1 << 16) - 1)
+    assert not kernels.dynamic_b_native("avx2", 64, 1 << 20)
+    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: False)
+    assert not kernels.dynamic_b_native("avx512", 64, 1 << 20)
+
+
+@pytest.mark.parametrize(
+    "libs, lacks",
+    [
+        ([{"internal_api": "openblas", "filepath": "/x/numpy.libs/libopenblas.so",
+           "architecture": "Haswell"}], True),
+        ([{"internal_api": "openblas", "filepath": "/x/numpy.libs/libopenblas.so",
+           "architecture": "SkylakeX"}], False),
+        ([{"internal_api": "openblas", "filepath": "/x/scipy.libs/libopenblas.so",
+           "architecture": "Haswell"}], False),  # not numpy's
+        ([{"internal_api": "mkl", "filepath": "/x/numpy/libmkl_rt.so"}], False),
+        ([{"internal_api": "openblas", "filepath": "/x/numpy.libs/libopenblas.so",
+           "architecture": None}], False),
+        ([], False),
+    ],
+)  # fmt: skip
+def test_which_blas_lacks_avx512(libs, lacks, monkeypatch):
+    """numpy's OpenBLAS core as threadpoolctl reports it; any other BLAS keeps numpy."""
+    import threadpoolctl
+
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: libs)
+    kernels.numpy_blas_lacks_avx512.cache_clear()
+    try:
+        assert kernels.numpy_blas_lacks_avx512() is lacks
+    finally:
+        kernels.numpy_blas_lacks_avx512.cache_clear()
 
 
 @pytest.mark.parametrize("path", ["avx2", "avx512"])

@@ -10,8 +10,11 @@ output types are the table's, word for word), then decides per plan:
   per plan and Gemm's alpha and bias folded into the epilogue (``FAST_NATIVE``), except for a
   product of a few rows whose B is too large to hold a packed copy of beside it
   (``FAST_ANY_B_ROWS``, ``FAST_VECTOR_MAX_B_BYTES``);
-* anything else (other dtypes, run-time B in fast mode, ...): the numpy kernel, planned on the
-  real context as if this wrapper did not exist.
+* fast mode, float32, a run-time B (MatMul): the native GEMM with B packed into the run
+  state's own buffer per run, where numpy's BLAS has no AVX-512 kernels for this CPU but the
+  avx512 path runs (``dynamic_b_native``);
+* anything else (other dtypes, other run-time B in fast mode, ...): the numpy kernel, planned
+  on the real context as if this wrapper did not exist.
 
 Rows are split into blocks of ROW_BLOCK, a count that depends on shapes only: a fast product
 hands them to the plugin's own threads in one native call (src/native/pool.h), an exact one to
@@ -77,6 +80,7 @@ class Plan:
     rows_flat: bool  # B is one matrix: A's batch rows are one (batch*M, K) matrix
     blocks: int  # row blocks of the flattened product
     packed: Any = None  # _native.PackedB of a constant B (fast mode)
+    b_dynamic: bool = False  # fast mode, a run-time B: packed per run into the run state's own
     b_const: np.ndarray | None = None  # a constant B, C-contiguous (exact mode)
     bias: np.ndarray | None = None  # Gemm fast mode: beta*C as a per-column or per-row vector
     bias_axis: str = "col"
@@ -210,6 +214,18 @@ class NativeProduct(NativeKernel):
         out = outputs[0].reshape(p.out_shape)
         m, k, n = p.a_shape[-2], p.a_shape[-1], p.out_shape[-1]
         threads = ctx.threads
+        packs: dict[int, Any] = {}  # a run-time B's matrices: this run state's packed copies
+
+        def packed(b_matrix: np.ndarray, index: int) -> Any:
+            """Matrix ``index`` of a run-time B packed into a buffer of this run state (made
+            here; concurrent runs of one plan never share it), repacked at each run."""
+            if not p.b_dynamic:
+                return p.packed
+            if index not in packs:
+                packs[index] = _native.pack_b(np.zeros((k, n), F32), self.isa)
+                calls.append(functools.partial(packs[index].repack, b_matrix))
+            return packs[index]
+
         if p.rows_flat:  # explicit extents: reshape(-1, 0) is ambiguous when K or N is 0
             rows = math.prod(p.a_shape[:-1])
             a2, out2 = a.reshape(rows, k), out.reshape(rows, n)
@@ -228,13 +244,14 @@ class NativeProduct(NativeKernel):
             # gemm's column chunks (an MLP at batch 16, 16 x 512 @ 512 x 512, had run on one)
             wide = not p.exact and rows * n * k >= PARALLEL_THRESHOLD
             split = threads if p.blocks > 1 or (few and not p.exact) or wide else 1
-            parts = [self._call(p, a2, b2, out2, lo, hi, split) for lo, hi in bounds]
+            parts = [self._call(p, a2, b2, out2, lo, hi, split, packed(b2, 0)) for lo, hi in bounds]
         else:
             a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
             b3 = b.reshape(math.prod(p.b_shape[:-2]), k, n)
             out3 = out.reshape(len(p.pairs), m, n)
             parts = [
-                self._call(p, a3[ia], b3[ib], out3[i], 0, m) for i, (ia, ib) in enumerate(p.pairs)
+                self._call(p, a3[ia], b3[ib], out3[i], 0, m, packed=packed(b3[ib], ib))
+                for i, (ia, ib) in enumerate(p.pairs)
             ]
         if len(parts) == 1:
             calls.append(parts[0])
@@ -261,13 +278,14 @@ class NativeProduct(NativeKernel):
         lo: int,
         hi: int,
         threads: int = 1,
+        packed: Any = None,
     ) -> Callable[[], Any]:
         """One native call on rows [lo, hi); a fast product is a ``GemmCall`` (its arguments
-        checked once, per run state: a call converts none) that splits its rows over
-        ``threads`` of the plugin's own threads."""
+        checked once, per run state: a call converts none) on ``packed`` B that splits its rows
+        over ``threads`` of the plugin's own threads."""
         if not p.exact:
             return _native.GemmCall(
-                a, p.packed, out, p.bias, p.bias_axis, p.alpha, p.activation, 0.0, 0.0, lo, hi,
+                a, packed, out, p.bias, p.bias_axis, p.alpha, p.activation, 0.0, 0.0, lo, hi,
                 threads,
             )  # fmt: skip
         if b.shape[1] > 1 and b.strides[1] != 4:  # never a slab value; copied per run anyway
@@ -312,6 +330,47 @@ def fast_native(isa: str, rows: int, b_bytes: int) -> bool:
     )
 
 
+#: A MatMul with a run-time B (or W @ X: a constant A) packs B per run (PackedB.repack) and
+#: runs the native GEMM where numpy's OpenBLAS runs kernels narrower than the avx512 path's:
+#: OpenBLAS 0.3.31 takes its Haswell (AVX2) kernels on Zen 5, and there pack and product took
+#: 0.51-0.64 of numpy's time at one thread (512x512 @ 512x512 1037 against 2044 us, 1000x512 @
+#: 512x169 706 against 1357, 64x768 @ 768x768 388 against 603, 12 x (128x64 @ 64x128) 115
+#: against 206, 8x256 @ 256x256 9.1 against 16.8).  Each product needs FAST_ANY_B_ROWS rows
+#: and DYNAMIC_B_MIN_MACS multiply-adds: many tiny ones lost, 16 x (8x64 @ 64x64) 14.7 against
+#: 12.8 us.  Where OpenBLAS has AVX-512 kernels (Zen 4, Intel) the product alone was 1.1-1.25x
+#: ahead of it before the pack (above), so numpy keeps these there until someone measures it.
+DYNAMIC_B_PATHS = ("avx512",)
+DYNAMIC_B_MIN_MACS = 1 << 16
+#: OpenBLAS cores (threadpoolctl's "architecture") with AVX-512 kernels.
+BLAS_AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+@functools.cache
+def numpy_blas_lacks_avx512() -> bool:
+    """Whether numpy's BLAS is an OpenBLAS whose kernels for this CPU are not AVX-512 ones
+    (False for any other BLAS, or when threadpoolctl cannot tell)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return False
+    for lib in threadpool_info():
+        if lib.get("internal_api") == "openblas" and "numpy" in str(lib.get("filepath", "")):
+            core = str(lib.get("architecture") or "").lower()
+            return bool(core) and core not in BLAS_AVX512_CORES
+    return False
+
+
+def dynamic_b_native(isa: str, m: int, macs: int) -> bool:
+    """Whether fast mode packs a run-time B per run for the native GEMM (``macs``: the
+    multiply-adds of one product of ``m`` rows)."""
+    return (
+        isa in DYNAMIC_B_PATHS
+        and m >= FAST_ANY_B_ROWS
+        and macs >= DYNAMIC_B_MIN_MACS
+        and numpy_blas_lacks_avx512()
+    )
+
+
 def _blocks(rows: int, macs: int) -> int:
     if macs >= PARALLEL_THRESHOLD and rows > ROW_BLOCK:
         return -(-rows // ROW_BLOCK)
@@ -335,8 +394,13 @@ class MatMul(NativeProduct):
         b_value = ctx.known_value(1)
         rows_flat = len(b2) == 2
         rows = math.prod(a2[:-1]) if rows_flat else m
-        if not ctx.exact and (
-            b_value is None or not rows_flat or not fast_native(self.isa, rows, b_value.nbytes)
+        dynamic = not ctx.exact and b_value is None
+        if dynamic and not dynamic_b_native(self.isa, m if not rows_flat else rows, m * k * n):
+            return self.fallback(ctx)
+        if (
+            not ctx.exact
+            and not dynamic
+            and (not rows_flat or not fast_native(self.isa, rows, b_value.nbytes))
         ):
             return self.fallback(ctx)
         ctx.set_output(0, dtype, out)
@@ -353,6 +417,8 @@ class MatMul(NativeProduct):
         if ctx.exact:
             if b_value is not None:
                 plan = _exact_b(ctx, plan, b_value.reshape(b2))
+        elif dynamic:
+            plan = dataclasses.replace(plan, b_dynamic=True)
         else:
             plan = dataclasses.replace(plan, packed=pack_weight(b_value.reshape(k, n), self.isa))
         ctx.prepared = plan
