@@ -360,12 +360,13 @@ def numpy_blas_lacks_avx512() -> bool:
     return False
 
 
-def dynamic_b_native(isa: str, m: int, macs: int) -> bool:
+def dynamic_b_native(isa: str, rows: int, macs: int) -> bool:
     """Whether fast mode packs a run-time B per run for the native GEMM (``macs``: the
-    multiply-adds of one product of ``m`` rows)."""
+    multiply-adds of one product of ``rows`` rows: all of A's rows on one B, else one batch
+    element's)."""
     return (
         isa in DYNAMIC_B_PATHS
-        and m >= FAST_ANY_B_ROWS
+        and rows >= FAST_ANY_B_ROWS
         and macs >= DYNAMIC_B_MIN_MACS
         and numpy_blas_lacks_avx512()
     )
@@ -395,7 +396,7 @@ class MatMul(NativeProduct):
         rows_flat = len(b2) == 2
         rows = math.prod(a2[:-1]) if rows_flat else m
         dynamic = not ctx.exact and b_value is None
-        if dynamic and not dynamic_b_native(self.isa, m if not rows_flat else rows, m * k * n):
+        if dynamic and not dynamic_b_native(self.isa, rows, rows * k * n):
             return self.fallback(ctx)
         if (
             not ctx.exact
