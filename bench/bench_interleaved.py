@@ -31,6 +31,9 @@ from bench_models import (
     flatten_mlp,
     light_models,
     make_feed,
+    matmul_dynamic,
+    matmul_heads,
+    matmul_wx,
     mlp,
     mlp_tiny,
     ort_session,
@@ -54,6 +57,9 @@ def models() -> dict[str, Callable[[], Any]]:
         "mlp": mlp,
         **{name: light(name) for name in sorted(light_models())},
         "bert_encoder_4x256": bert_encoder,
+        "matmul_dynamic_512": matmul_dynamic,
+        "matmul_wx_1000x512x169": matmul_wx,
+        "matmul_heads_12x128x64": matmul_heads,
     }
 
 

@@ -276,6 +276,29 @@ def bert_encoder(layers: int = 4, hidden: int = 256, seq: int = 128, heads: int 
     return _model(nodes, [_vi("x", ["N", seq, hidden])], [_vi("y", ["N", seq, hidden])], inits)
 
 
+def run_time_product(a_shape: tuple[int, ...], b_shape: tuple[int, ...], const_a: bool) -> Any:
+    """One MatMul whose B is a graph input (A too, unless ``const_a``: W @ X with W a
+    constant), the products fast mode packs B for at every run (ops-simd's dynamic_b_native)."""
+    rng = np.random.default_rng(0)
+    a = _w(rng, *a_shape)
+    inputs = [] if const_a else [_vi("a", list(a_shape))]
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+    return _model(nodes, [*inputs, _vi("b", list(b_shape))], [_vi("y", None)],
+                  {"a": a} if const_a else {})  # fmt: skip
+
+
+def matmul_dynamic() -> Any:
+    return run_time_product((512, 512), (512, 512), False)
+
+
+def matmul_wx() -> Any:
+    return run_time_product((1000, 512), (512, 169), True)
+
+
+def matmul_heads() -> Any:
+    return run_time_product((12, 128, 64), (12, 64, 128), False)
+
+
 LOOP_ITERATIONS = 10_000
 
 
@@ -313,7 +336,15 @@ BUILT: dict[str, Callable[[], Any]] = {
     "exported_transformer_block": transformer_block,
     "bert_encoder_4x256": bert_encoder,
     "loop_10000": loop_10000,
+    "matmul_dynamic_512": matmul_dynamic,
+    "matmul_wx_1000x512x169": matmul_wx,
+    "matmul_heads_12x128x64": matmul_heads,
 }
+
+
+def model_path(name: str) -> str:
+    """An .onnx file as given, else the light model of that name in the onnx package."""
+    return name if name.endswith(".onnx") else os.path.join(LIGHT_DIR, f"{name}.onnx")
 
 
 def light_models() -> dict[str, str]:

@@ -29,7 +29,7 @@ import onnx
 import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_models import LIGHT_DIR, make_feed, ort_session
+from bench_models import make_feed, model_path, ort_session
 
 #: conv_plan's kernel names, auto's alternatives.
 KERNELS = ("direct", "lanes", "packed", "stream", "winograd")
@@ -104,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-ort", action="store_true", help="leave onnxruntime's runs out")
     args = parser.parse_args(argv)
-    path = (
-        args.model
-        if args.model.endswith(".onnx")
-        else os.path.join(LIGHT_DIR, f"{args.model}.onnx")
-    )
-    model = onnx.load(path)
+    model = onnx.load(model_path(args.model))
     data, feed = model.SerializeToString(), make_feed(model)
 
     def session() -> graphrt.Session:

@@ -27,7 +27,7 @@ import onnx
 import graphrt
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_models import LIGHT_DIR, make_feed, ort_options
+from bench_models import make_feed, model_path, ort_options
 
 #: graphrt's fused operators, under the family onnxruntime reports them in.
 FAMILY = {"FusedConv": "Conv", "FusedGemm": "Gemm", "FusedMatMul": "MatMul"}
@@ -119,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="fast", choices=("fast", "exact"), help="graphrt's mode")
     parser.add_argument("--top", type=int, default=25, help="rows of the per-layer table")
     args = parser.parse_args(argv)
-    path = (
-        args.model
-        if args.model.endswith(".onnx")
-        else os.path.join(LIGHT_DIR, f"{args.model}.onnx")
-    )
-    model = onnx.load(path)
+    model = onnx.load(model_path(args.model))
     feed = make_feed(model)
     ours, theirs = graphrt_nodes(model, feed, args), onnxruntime_nodes(model, feed, args)
 
