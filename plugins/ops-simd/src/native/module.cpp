@@ -53,9 +53,22 @@ bool f16c() {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 
+// AMD's family 26 (Zen 5) and later run 512-bit operations on full-width units; Zen 4 (family
+// 25) runs them as two 256-bit halves.  Every other CPU gets the rules measured on Zen 4, the
+// only other one measured.
+bool amd_family_26_or_later() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // AuthenticAMD
+    if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned base = (a >> 8) & 0xF, extended = (a >> 20) & 0xFF;
+    return (base == 0xF ? base + extended : base) >= 0x1A;
+}
+
 struct CpuFeatures {
     bool avx2 = false;
     bool avx512 = false;
+    bool full_width_512 = false;  // conv's FULL512 rules (amd_family_26_or_later)
     CpuFeatures() {
         __builtin_cpu_init();
         const uint64_t xcr = xcr0();
@@ -67,6 +80,7 @@ struct CpuFeatures {
         avx512 = zmm_state && avx2 && __builtin_cpu_supports("avx512f") &&
                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl");
+        full_width_512 = amd_family_26_or_later();
     }
 };
 
@@ -77,21 +91,7 @@ const CpuFeatures& cpu() {
 
 bool cpu_has_avx2() { return cpu().avx2; }
 bool cpu_has_avx512() { return cpu().avx512; }
-
-// AMD's family 26 (Zen 5) and later run 512-bit operations on full-width units; Zen 4 (family
-// 25) runs them as two 256-bit halves.  Every other CPU gets the rules measured on Zen 4, the
-// only other one measured.
-bool cpu_full_width_512() {
-    static const bool full = [] {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-        const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // AuthenticAMD
-        if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
-        const unsigned base = (a >> 8) & 0xF, extended = (a >> 20) & 0xFF;
-        return (base == 0xF ? base + extended : base) >= 0x1A;
-    }();
-    return full;
-}
+bool cpu_full_width_512() { return cpu().full_width_512; }
 #else
 bool cpu_has_avx2() { return false; }
 bool cpu_has_avx512() { return false; }
