@@ -85,6 +85,18 @@ def residual(act: str | None) -> tuple[onnx.ModelProto, dict]:
     return make_model(nodes, inputs, [tensor("y")], inits), feed
 
 
+def conv_pool(act: str | None) -> tuple[onnx.ModelProto, dict]:
+    """Conv [-> act] -> MaxPool 3x3/2 (a CNN stem): FusedConvPool."""
+    inits = [init("w", rand_w(16, 3, 3, 3)), init("b", rand_w(16))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2])]
+    if act is not None:
+        nodes.append(helper.make_node(act, ["c"], ["a"]))
+    pool_in = "a" if act is not None else "c"
+    nodes.append(helper.make_node("MaxPool", [pool_in], ["y"], kernel_shape=[3, 3], strides=[2, 2]))
+    feed = {"x": _specials(rand_x(2, 3, 33, 33))}
+    return make_model(nodes, [tensor("x", shape=[2, 3, 33, 33])], [tensor("y")], inits), feed
+
+
 def constant_subgraph() -> tuple[onnx.ModelProto, dict]:
     """Sigmoid(x + Exp(c)): Exp of a constant folds at creation (exact Exp, same kernel)."""
     nodes = [
@@ -218,6 +230,9 @@ CASES: dict[str, list[tuple[str, Builder]]] = {
         if act is not None or bias
     ]
     + [(f"residual_{act}", lambda act=act: residual(act)) for act in ("Sigmoid", "Relu", None)],
+    "fuse_conv_pool": [
+        (f"conv_{act}_pool", lambda act=act: conv_pool(act)) for act in ("Relu", None)
+    ],
     "fuse_batchnorm_into_conv": [("conv_bn_relu", conv_batchnorm)],
     "fuse_gelu": [("gelu", gelu_primitives)],
     "fuse_attention": [("attention", attention)],

@@ -20,7 +20,7 @@ from tests._models import init, make_model, ort_session, tensor
 
 def test_exact_mode_skips_the_passes_that_change_rounding():
     selected = [p.name for p in fusion_passes() if p.selected("all", exact=True)]
-    assert selected == ["eliminate_inference_dropout", "fuse_product_activation"]
+    assert selected == ["eliminate_inference_dropout", "fuse_product_activation", "fuse_conv_pool"]
     assert {p.name for p in fusion_passes() if p.selected("all", exact=False)} == {
         "eliminate_inference_dropout",
         "fuse_product_activation",
@@ -30,10 +30,12 @@ def test_exact_mode_skips_the_passes_that_change_rounding():
         "fuse_attention_heads",
         "fuse_rms_norm",
         "fuse_batchnorm_activation",
+        "fuse_conv_pool",
     }
     assert [p.name for p in fusion_passes() if p.selected("basic", exact=False)] == [
         "eliminate_inference_dropout",
         "fuse_product_activation",
+        "fuse_conv_pool",
     ]
     # In exact mode the GELU primitives stay as they are (Erf is exact), with the same bits as
     # the unoptimised graph; in fast mode the same model fuses.

@@ -84,7 +84,7 @@ def test_plugin_provides_the_three_paths_ranked():
         }
         ours = (
             "FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization",
-            "FusedBatchNormalization",
+            "FusedBatchNormalization", "FusedConvPool",
         )  # fmt: skip
         fused = {("com.graphrt", op) for op in ours}
         assert set(p.kernels) == {("", op) for op in ops} | fused

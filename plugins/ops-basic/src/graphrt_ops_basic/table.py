@@ -144,7 +144,7 @@ OPERATORS += [
 ]
 
 # -- graphrt's own operators, written by the fusion passes (fused.py, gelu.py; fusion/) -------
-fused, gelu = kernel_modules(__package__, "fused gelu")
+conv_pool, fused, gelu = kernel_modules(__package__, "conv_pool fused gelu")
 
 GRAPHRT = "com.graphrt"
 #: optimizers.DOMAIN and flex_attention.DOMAIN (tests/test_cold_start.py keeps them equal).
@@ -160,6 +160,8 @@ OPERATORS += [
     OpDef("FusedGemm", fused.FusedGemm, domain=GRAPHRT),
     OpDef("FusedMatMul", fused.FusedMatMul, domain=GRAPHRT),
     OpDef("FusedBatchNormalization", fused.FusedBatchNormalization, domain=GRAPHRT),
+    # a convolution and the MaxPool after it (conv_pool.py)
+    OpDef("FusedConvPool", conv_pool.FusedConvPool, domain=GRAPHRT),
     # LayerNormalization for models of opsets before 17 (norm.py)
     OpDef("LayerNormalization", norm.LayerNormalization, domain=GRAPHRT),
 ]

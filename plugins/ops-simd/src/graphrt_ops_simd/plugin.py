@@ -3,7 +3,8 @@
 Three kernel paths, one per instruction set, each with Conv, MatMul, Gemm, MaxPool,
 AveragePool, GlobalAveragePool, Concat, Exp, Tanh, Sigmoid, Erf, Gelu, NonMaxSuppression, RNN,
 GRU, LSTM, Attention, LayerNormalization, Softmax, BatchNormalization (and
-FusedBatchNormalization), the fused products (FusedConv, FusedMatMul, FusedGemm) and the int8
+FusedBatchNormalization), the fused products (FusedConv, FusedMatMul, FusedGemm, and
+FusedConvPool: a convolution and its MaxPool) and the int8
 products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py) and
 convolutions (ConvInteger, QLinearConv: qconv.py); the session picks the best available one
 ("auto") or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
@@ -24,12 +25,12 @@ from .softmax import Softmax
 
 # Imported when a session first builds one of their kernels (graphrt.lazy): each pulls in the
 # numpy kernels it wraps, which a model without those operators should not pay for at start.
-attention, conv, copies, fused, pool, recurrent, suppression = kernel_modules(
-    __package__, "attention conv copies fused pool recurrent suppression"
+attention, conv, conv_pool, copies, fused, pool, recurrent, suppression = kernel_modules(
+    __package__, "attention conv conv_pool copies fused pool recurrent suppression"
 )
 (batchnorm,) = kernel_modules(__package__, "batchnorm")  # BatchNormalization (+ Relu)
 Attention = attention.Attention
-Conv, FusedConv = conv.Conv, conv.FusedConv
+Conv, FusedConv, FusedConvPool = conv.Conv, conv.FusedConv, conv_pool.FusedConvPool
 Concat = copies.Concat
 FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
 MaxPool, AveragePool, GlobalAveragePool = pool.MaxPool, pool.AveragePool, pool.GlobalAveragePool
@@ -71,6 +72,7 @@ def kernel_paths() -> list[KernelPath]:
                 ("", "QLinearConv"): _factory(qconv.QLinearConv, isa),
                 ("", "Conv"): _factory(Conv, isa),
                 ("com.graphrt", "FusedConv"): _factory(FusedConv, isa),
+                ("com.graphrt", "FusedConvPool"): _factory(FusedConvPool, isa),
                 ("com.graphrt", "FusedMatMul"): _factory(FusedMatMul, isa),
                 ("com.graphrt", "FusedGemm"): _factory(FusedGemm, isa),
                 ("", "Gelu"): _factory(Gelu, isa),

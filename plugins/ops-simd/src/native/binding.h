@@ -155,6 +155,19 @@ struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
 };
 
+// The most floats of a pool's per-thread work buffer (256 MiB: a ring of at least 2 planes' oh
+// padded rows; a 4096 x 4096 image needs 32 Mi floats).
+constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
+
+// The row layout of pool_driver.inc's pool2d (module.cpp): fills g (all but the divisor) and
+// rows; returns the work buffer's floats, every step checked and bounded.
+int64_t pool_layout(const ConvShape& s, int64_t wide, const char* what, AvgPoolGeometry& g,
+                    std::vector<int64_t>& rows);
+
+// The kernels pool2d runs on for s (module.cpp): avx512's or, for some narrow rows, avx2's.
+const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s,
+                                      const AvgPoolGeometry& g);
+
 // The convolution's class and entry points (conv_plan.cpp), registered on the module.
 void bind_conv(nb::module_& m);
 

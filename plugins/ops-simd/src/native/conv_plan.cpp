@@ -64,7 +64,14 @@ constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
 
 // One thread's buffers, allocated on first use, grown as needed and kept: a fresh 256 KiB
 // allocation per call would be an mmap and page faults every time.
-enum ThreadBuffer { CONV_BLOCK, WINO_PRODUCTS, WINO_PADDED_ROWS, THREAD_BUFFERS };
+enum ThreadBuffer {
+    CONV_BLOCK,
+    WINO_PRODUCTS,
+    WINO_PADDED_ROWS,
+    CONV_POOL_BAND,
+    CONV_POOL_WORK,
+    THREAD_BUFFERS
+};
 float* thread_floats(ThreadBuffer which, int64_t floats) {
     thread_local std::unique_ptr<float, FreeDeleter> bufs[THREAD_BUFFERS];
     thread_local int64_t have[THREAD_BUFFERS] = {};
@@ -383,7 +390,7 @@ public:
     }
 
     // Every check of stage() and run() (ConvCall makes both): shapes, strides, overlaps (y
-    // null: stage()'s x and work only).
+    // null: no output here, stage()'s x and work, or ConvPoolCall's, which checks its own y).
     template <class W>
     RunArgs checked(const InArray& x, const W& work, const OutArray* yp,
                     const std::optional<InArray>& bias, const std::string& activation,
@@ -396,18 +403,21 @@ public:
         a.xs0 = x.stride(0), a.xs1 = x.stride(1), a.xs2 = x.stride(2);
         a.x_in_place = lanes_in_place(a);  // once per bound call, not per run
         check_no_overlap(work, x, "x");  // stage() writes work while it reads x
-        if (!yp) return a;
-        const OutArray& y = *yp;
-        check_matrix(y, "y", 4);
         const std::vector<int64_t> want_y{n_, m_, y_h_, y_w_};
-        if (shape_of(y) != want_y)
-            throw nb::value_error(("y must have shape " + dims(want_y) + ", got " +
-                                   dims(shape_of(y)))
-                                      .c_str());
-        if ((y_w_ > 1 && y.stride(3) != 1) || (y_h_ > 1 && y.stride(2) != y_w_))
-            throw nb::value_error("y must hold each channel's positions contiguously");
-        check_no_overlap(y, x, "x");
-        check_no_overlap(y, work, "work");
+        if (yp) {
+            const OutArray& y = *yp;
+            check_matrix(y, "y", 4);
+            if (shape_of(y) != want_y)
+                throw nb::value_error(("y must have shape " + dims(want_y) + ", got " +
+                                       dims(shape_of(y)))
+                                          .c_str());
+            if ((y_w_ > 1 && y.stride(3) != 1) || (y_h_ > 1 && y.stride(2) != y_w_))
+                throw nb::value_error("y must hold each channel's positions contiguously");
+            check_no_overlap(y, x, "x");
+            check_no_overlap(y, work, "work");
+            a.y = static_cast<float*>(y.data());
+            a.ys0 = y.stride(0), a.ys1 = y.stride(1);
+        }
         const int act = parse_activation(activation);
         a.act = act;
         if (act != ACT_NONE && act != ACT_RELU)
@@ -423,24 +433,47 @@ public:
                                        " elements, got " + std::to_string(bias->shape(0)))
                                           .c_str());
             if (m_ > 1 && bias->stride(0) != 1) throw nb::value_error("bias must be contiguous");
-            check_no_overlap(y, *bias, "bias");
+            if (yp) check_no_overlap(*yp, *bias, "bias");
             a.bias = static_cast<const float*>(bias->data());
         }
         if (z) {  // the residual: laid out exactly as y
+            if (!yp) throw nb::value_error("a residual needs the convolution's own y");
             check_matrix(*z, "z", 4);
             if (shape_of(*z) != want_y)
                 throw nb::value_error(("z must have shape " + dims(want_y) + ", got " +
                                        dims(shape_of(*z)))
                                           .c_str());
             for (size_t d = 0; d < 4; ++d)
-                if (want_y[d] > 1 && z->stride(d) != y.stride(d))
+                if (want_y[d] > 1 && z->stride(d) != yp->stride(d))
                     throw nb::value_error("z must have y's strides");
-            check_no_overlap(y, *z, "z");
+            check_no_overlap(*yp, *z, "z");
             a.z = static_cast<const float*>(z->data());
         }
-        a.y = static_cast<float*>(y.data());
-        a.ys0 = y.stride(0), a.ys1 = y.stride(1);
         return a;
+    }
+
+    // Whether run_rows() computes any band of output rows on its own (ConvPoolCall): the
+    // direct kernel in fast mode, one group, the output's own rows (not a flat 1x1 plan's one
+    // long row) in row tiles (a tile never runs on into a next row).
+    bool row_bands() const {
+        const DirectShape& d = direct_shape_;
+        return mode_ == DIRECT && !exact_ && group_ == 1 && !flat_ && d.oh == y_h_ &&
+               d.ow == y_w_ && d.pitch % isa_->cnr == 0;
+    }
+    int64_t channel_tile() const { return cmr_; }
+    std::vector<int64_t> out_shape() const { return {n_, m_, y_h_, y_w_}; }
+
+    // Output rows [r0, r1) of output channels [m0, m1) (m0 a multiple of channel_tile()) of
+    // image img, from the image stage_at() staged (row_bands() plans only): channel c's row r
+    // goes to out + (c - m0) * ldo + (r - r0) * ow.  The direct kernel's own arithmetic, so
+    // the bits of a whole run.
+    void run_rows(const RunArgs& a, int64_t img, int64_t m0, int64_t m1, int64_t r0, int64_t r1,
+                  float* out, std::ptrdiff_t ldo) const {
+        const DirectShape& d = direct_shape_;
+        // the kernel adds channel and row offsets to its Y; this one puts (m0, r0) at out
+        float* y = out - (m0 * ldo + r0 * d.ow);
+        isa_->conv_direct[0](d, a.work + img * d.staged, offs_.data(), packed_.get(), m0, m1,
+                             r0 * d.pitch, r1 * d.pitch, y, nullptr, ldo, a.bias, a.act);
     }
 
     void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
@@ -770,6 +803,8 @@ private:
     int threads_;
 };
 
+#include "conv_pool.inc"
+
 ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                     const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
@@ -788,6 +823,8 @@ void bind_conv(nb::module_& m) {
         .def_prop_ro("work_floats", &ConvPlan::work_floats)
         .def_prop_ro("staged", &ConvPlan::staged)
         .def_prop_ro("kernel", &ConvPlan::kernel)
+        .def_prop_ro("row_bands", &ConvPlan::row_bands,
+                     "Whether ConvPoolCall can run this plan in bands of output rows.")
         .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"), nb::arg("threads") = 1,
              "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
@@ -805,6 +842,20 @@ void bind_conv(nb::module_& m) {
              nb::arg("plan"), nb::arg("x"), nb::arg("work"), nb::arg("y"), nb::arg("bias").none(),
              nb::arg("activation"), nb::arg("threads") = 1, nb::arg("z").none() = nb::none())
         .def("__call__", &ConvCall::operator());
+    nb::class_<ConvPoolCall>(m, "ConvPoolCall",
+                             "A plan's convolution (y = act(conv(x) + bias)) and a MaxPool after "
+                             "it in bands of rows, on fixed arrays, checked once; y is the pool's "
+                             "output (pads: before each spatial axis).")
+        .def(nb::init<nb::object, InArray, OutArray, OutArray, std::optional<InArray>,
+                      const std::string&, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&, const std::string&, int>(),
+             nb::arg("plan"), nb::arg("x"), nb::arg("work"), nb::arg("y"), nb::arg("bias").none(),
+             nb::arg("activation"), nb::arg("kernel"), nb::arg("strides"), nb::arg("dilations"),
+             nb::arg("pads"), nb::arg("isa"), nb::arg("threads") = 1)
+        .def_prop_ro("thread_floats", &ConvPoolCall::thread_floats_needed,
+                     "Floats of the buffers each thread keeps (the band and the pool's work).")
+        .def("__call__", &ConvPoolCall::operator());
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::arg("exact") = false,

@@ -139,6 +139,48 @@ const IsaKernels& kernels_for(const std::string& isa) {
     throw nb::value_error(("unknown isa '" + isa + "'; expected scalar, avx2 or avx512").c_str());
 }
 
+
+// The row layout of pool_driver.inc's pool2d, shared by MaxPool and AveragePool: fills g (all
+// but the divisor) and rows (per output row, the kernel rows inside x: ty in [t0, t1), iy =
+// oy * sh - ph + ty * dh) for s (its padded height already checked, wide its padded width);
+// returns the work buffer's floats, avgpool_work_floats(s, g), every step checked and bounded.
+int64_t pool_layout(const ConvShape& s, int64_t wide, const char* what, AvgPoolGeometry& g,
+                    std::vector<int64_t>& rows) {
+    const int64_t wp = mul(add(wide, s.sw - 1, what) / s.sw, s.sw, what);
+    g.wp = wp;
+    g.pq = wp / s.sw;
+    g.slack = add(64, mul(s.kw - 1, s.dw, what), what);
+    const int64_t run = add(mul(s.oh, wp, what), g.slack, what);
+    g.ring = avgpool_ring(run);
+    const int64_t work = bounded(mul(g.ring, run, what), MAX_POOL_WORK, what);
+    rows.resize(static_cast<size_t>(2 * s.oh));  // oh <= work: no overflow
+    for (int64_t oy = 0; oy < s.oh; ++oy) {
+        const int64_t top = oy * s.sh - s.ph;
+        const int64_t t0 = top >= 0 ? 0 : (-top + s.dh - 1) / s.dh;
+        const int64_t below = s.h > top ? (s.h - top + s.dh - 1) / s.dh : 0;
+        rows[size_t(2 * oy)] = t0;
+        rows[size_t(2 * oy + 1)] = std::max(std::min(below, s.kh), t0);
+    }
+    return work;
+}
+
+// The kernels pool2d runs on: rows narrower than 16 floats on avx512 take avx2's 8 lanes, which
+// waste fewer lanes (every lane does the same arithmetic on every ISA, so the bits are the
+// same; 1024 7 x 7 planes: AveragePool 30 us against 41 us), and so do rows of more than 16
+// outputs of 3 x 3/2 windows that avx2 runs in whole vectors (MaxPool, one thread, Zen 4: 64
+// 111 x 111 planes 88 -> 75 us, 64 112 x 112 with pads 95 -> 79, 128 55 x 55 52 -> 46, 192
+// 56 x 56 with pads 84 -> 76; avx512's one-pass rows need a compare and a blend a tap).
+const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s,
+                                      const AvgPoolGeometry& g) {
+#if defined(GRAPHRT_SIMD_X86)
+    if (pool_flat_threes(s, g, 16)) return kern;  // (the flat kernel fills its lanes)
+    if (kern == &avx512_kernels && s.w < 16 && s.ow < 16 && cpu_has_avx2()) return &avx2_kernels;
+    if (kern == &avx512_kernels && s.ow > 16 && threes_s2_whole_rows(s, 8) && cpu_has_avx2())
+        return &avx2_kernels;
+#endif
+    return kern;
+}
+
 }  // namespace graphrt_simd
 
 namespace {
@@ -469,10 +511,8 @@ void canonicalize_nan(OutArray x) {
 
 // ---- MaxPool ---------------------------------------------------------------------------------
 
-// The most floats of a pool's per-thread work buffer (256 MiB: a ring of at least 2 planes' oh
-// padded rows; a 4096 x 4096 image needs 32 Mi floats), and the most one thread keeps
-// between calls (16 MiB); larger buffers are freed after the call.
-constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
+// The most one thread keeps of a pool's work buffer between calls (16 MiB; MAX_POOL_WORK, its
+// bound, is binding.h's); larger buffers are freed after the call.
 constexpr size_t MAX_POOL_KEEP = size_t(1) << 22;
 
 // fn(lo, hi, work) over planes [begin, begin + count) in up to 8 blocks a thread on the plugin's
@@ -498,47 +538,6 @@ void run_plane_blocks(int64_t begin, int64_t count, int threads, int64_t work_fl
 inline bool keeps_gil(int threads, int64_t outs, int64_t kh, int64_t kw, int64_t most_outs) {
     return threads == 1 && kh <= 64 && kw <= 64 && outs <= most_outs &&
            outs * kh * kw <= (int64_t(1) << 15);
-}
-
-// The row layout of pool_driver.inc's pool2d, shared by MaxPool and AveragePool: fills g (all
-// but the divisor) and rows (per output row, the kernel rows inside x: ty in [t0, t1), iy =
-// oy * sh - ph + ty * dh) for s (its padded height already checked, wide its padded width);
-// returns the work buffer's floats, avgpool_work_floats(s, g), every step checked and bounded.
-int64_t pool_layout(const ConvShape& s, int64_t wide, const char* what, AvgPoolGeometry& g,
-                    std::vector<int64_t>& rows) {
-    const int64_t wp = mul(add(wide, s.sw - 1, what) / s.sw, s.sw, what);
-    g.wp = wp;
-    g.pq = wp / s.sw;
-    g.slack = add(64, mul(s.kw - 1, s.dw, what), what);
-    const int64_t run = add(mul(s.oh, wp, what), g.slack, what);
-    g.ring = avgpool_ring(run);
-    const int64_t work = bounded(mul(g.ring, run, what), MAX_POOL_WORK, what);
-    rows.resize(static_cast<size_t>(2 * s.oh));  // oh <= work: no overflow
-    for (int64_t oy = 0; oy < s.oh; ++oy) {
-        const int64_t top = oy * s.sh - s.ph;
-        const int64_t t0 = top >= 0 ? 0 : (-top + s.dh - 1) / s.dh;
-        const int64_t below = s.h > top ? (s.h - top + s.dh - 1) / s.dh : 0;
-        rows[size_t(2 * oy)] = t0;
-        rows[size_t(2 * oy + 1)] = std::max(std::min(below, s.kh), t0);
-    }
-    return work;
-}
-
-// The kernels pool2d runs on: rows narrower than 16 floats on avx512 take avx2's 8 lanes, which
-// waste fewer lanes (every lane does the same arithmetic on every ISA, so the bits are the
-// same; 1024 7 x 7 planes: AveragePool 30 us against 41 us), and so do rows of more than 16
-// outputs of 3 x 3/2 windows that avx2 runs in whole vectors (MaxPool, one thread, Zen 4: 64
-// 111 x 111 planes 88 -> 75 us, 64 112 x 112 with pads 95 -> 79, 128 55 x 55 52 -> 46, 192
-// 56 x 56 with pads 84 -> 76; avx512's one-pass rows need a compare and a blend a tap).
-const IsaKernels* narrow_pool_kernels(const IsaKernels* kern, const ConvShape& s,
-                                      const AvgPoolGeometry& g) {
-#if defined(GRAPHRT_SIMD_X86)
-    if (pool_flat_threes(s, g, 16)) return kern;  // (the flat kernel fills its lanes)
-    if (kern == &avx512_kernels && s.w < 16 && s.ow < 16 && cpu_has_avx2()) return &avx2_kernels;
-    if (kern == &avx512_kernels && s.ow > 16 && threes_s2_whole_rows(s, 8) && cpu_has_avx2())
-        return &avx2_kernels;
-#endif
-    return kern;
 }
 
 // What MaxPoolCall and AvgPoolCall share: the argument checks (once, when a call is made: a plan

@@ -15,6 +15,7 @@ def fusion_passes() -> list[GraphPass]:
     from .attention import FuseAttention
     from .attention_heads import FuseAttentionHeads
     from .bn_relu import FuseBatchNormActivation
+    from .conv_pool import FuseConvPool
     from .dropout import EliminateInferenceDropout
     from .gelu import FuseGelu
     from .layernorm import FuseLayerNorm
@@ -27,6 +28,7 @@ def fusion_passes() -> list[GraphPass]:
         FuseLayerNorm(),
         FuseGelu(),
         FuseProductActivation(),
+        FuseConvPool(),
         FuseAttention(),
         FuseAttentionHeads(),
         FuseRMSNorm(),

@@ -1,0 +1,136 @@
+"""The native convolution + MaxPool in bands of rows (ConvPoolCall, src/native/conv_pool.inc):
+the bits of the direct kernel's ConvCall followed by MaxPoolCall, on every ISA and thread
+count, and what it refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from onnx import helper
+
+import graphrt
+from tests._models import init, make_model, tensor
+from tests.simd._simd import bits, on_every_isa, path_or_skip, simd
+
+N = simd._native
+RNG = np.random.default_rng(23)
+
+
+def _arrays(n, c, m, h, w, k, s, p, isa):
+    x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
+    x.reshape(-1)[:2] = [np.nan, -0.0]  # a NaN and a signed zero through both kernels
+    wt = RNG.standard_normal((m, c, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    plan = N.conv_plan(wt, 1, [n, c, h, w], [s, s], [1, 1], [p, p], [oh, ow], isa, "direct")
+    return x, b, plan, (n, m, oh, ow)
+
+
+def _both(g, isa, threads):
+    """The unfused pair's output and ConvPoolCall's, from one plan."""
+    x, b, plan, conv_shape = _arrays(
+        g["n"], g["c"], g["m"], g["h"], g["w"], g["k"], g["s"], g["p"], isa
+    )
+    pk, ps, pp, pd = g["pk"], g["ps"], g["pp"], g["pd"]
+    span = (pk - 1) * pd + 1
+    po = [(conv_shape[2 + a] + 2 * pp - span) // ps + 1 for a in (0, 1)]
+    if min(po) < 1:
+        return None
+    work = np.empty(plan.work_floats, np.float32)
+    conv = np.empty(conv_shape, np.float32)
+    want = np.empty((*conv_shape[:2], *po), np.float32)
+    got = np.full_like(want, 7.0)
+    window = ([pk, pk], [ps, ps], [pd, pd], [pp, pp])
+    N.ConvCall(plan, x, work, conv, b, g["act"], threads)()
+    N.MaxPoolCall(conv, want, *window, isa, 0, -1, threads)()
+    if not plan.row_bands:
+        return None
+    N.ConvPoolCall(plan, x, work, got, b, g["act"], *window, isa, threads)()
+    return got, want
+
+
+GEOMETRY = st.fixed_dictionaries(
+    {
+        "n": st.integers(1, 2),
+        "c": st.integers(1, 5),
+        "m": st.sampled_from([1, 6, 16, 20, 33, 64]),
+        "h": st.integers(9, 70),
+        "w": st.integers(9, 70),
+        "k": st.sampled_from([1, 3, 5]),
+        "s": st.integers(1, 2),
+        "p": st.integers(0, 1),
+        "pk": st.integers(1, 3),
+        "ps": st.integers(1, 3),
+        "pp": st.integers(0, 1),
+        "pd": st.integers(1, 2),
+        "act": st.sampled_from(["none", "relu"]),
+    }
+).filter(lambda g: g["pp"] < (g["pk"] - 1) * g["pd"] + 1)
+
+
+@on_every_isa(GEOMETRY, examples=40)
+def test_bands_give_the_unfused_bits(isa, g):
+    for threads in (1, 3):
+        both = _both(g, isa, threads)
+        if both is None:
+            return
+        got, want = both
+        np.testing.assert_array_equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_the_squeezenet_stem(isa):
+    path_or_skip(isa)
+    g = dict(n=1, c=3, m=64, h=224, w=224, k=3, s=2, p=0, pk=3, ps=2, pp=0, pd=1, act="relu")
+    for threads in (1, 2, 4):
+        got, want = _both(g, isa, threads)
+        np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_refusals():
+    isa = simd.available_isas()[-1]
+    x, b, plan, (n, m, _, _) = _arrays(1, 3, 16, 30, 30, 3, 1, 1, isa)
+    work = np.empty(plan.work_floats, np.float32)
+    y = np.empty((n, m, 15, 15), np.float32)
+    with pytest.raises(ValueError, match="must each read a row and a column"):
+        N.ConvPoolCall(plan, x, work, y, b, "none", [2, 2], [2, 2], [1, 1], [2, 2], isa)
+    with pytest.raises(ValueError, match="images and channels"):
+        bad = np.empty((n, m + 1, 15, 15), np.float32)
+        N.ConvPoolCall(plan, x, work, bad, b, "none", [2, 2], [2, 2], [1, 1], [0, 0], isa)
+    packed = N.conv_plan(
+        RNG.standard_normal((16, 3, 3, 3)).astype(np.float32), 1, [1, 3, 30, 30], [1, 1],
+        [1, 1], [1, 1], [30, 30], isa, "packed",
+    )  # fmt: skip
+    assert not packed.row_bands
+    with pytest.raises(ValueError, match="bands of rows"):
+        N.ConvPoolCall(packed, x, np.empty(0, np.float32), y, b, "none", [2, 2], [2, 2], [1, 1],
+                       [0, 0], isa)  # fmt: skip
+
+
+def test_a_session_runs_the_stem_in_bands(monkeypatch):
+    made = []
+    real = N.ConvPoolCall
+
+    def spy(*args, **kw):
+        made.append(args)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(N, "ConvPoolCall", spy)
+    w = RNG.standard_normal((64, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[1, 3, 224, 224])], [tensor("y")], [init("w", w)])
+    feed = {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    outs = {}
+    for threads in (1, 2):
+        sess = graphrt.Session(model, intra_op_threads=threads)
+        outs[threads] = sess.run(None, feed)[0]
+    plain = graphrt.Session(model, optimization_level="none").run(None, feed)[0]
+    isa = simd.available_isas()[-1]
+    assert len(made) == (2 if isa != "scalar" else 0)  # fast mode: avx2 and avx512 only
+    for got in outs.values():
+        np.testing.assert_array_equal(bits(got), bits(plain))
