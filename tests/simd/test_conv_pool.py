@@ -134,3 +134,22 @@ def test_a_session_runs_the_stem_in_bands(monkeypatch):
     assert len(made) == (2 if isa != "scalar" else 0)  # fast mode: avx2 and avx512 only
     for got in outs.values():
         np.testing.assert_array_equal(bits(got), bits(plain))
+
+
+def test_explain_says_native_and_a_strided_feed_is_read_each_run():
+    w = RNG.standard_normal((64, 3, 3, 3)).astype(np.float32)
+    nodes = [  # light_squeezenet's stem: banded on avx2 and avx512
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2]),
+        helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[1, 3, 224, 224])], [tensor("y")], [init("w", w)])
+    sess = graphrt.Session(model)
+    plain = graphrt.Session(model, optimization_level="none")
+    report = sess.explain({"x": np.zeros((1, 3, 224, 224), np.float32)})
+    fused_line = next(line for line in report.splitlines() if "FusedConvPool" in line)
+    isa = simd.available_isas()[-1]
+    assert ("native" in fused_line) == (isa != "scalar")
+    for seed in (1, 2):  # every other column of a wider array: a view, read afresh each run
+        big = np.random.default_rng(seed).standard_normal((1, 3, 224, 448), np.float32)
+        feed = {"x": big[..., ::2]}
+        np.testing.assert_array_equal(bits(sess.run(None, feed)[0]), bits(plain.run(None, feed)[0]))
