@@ -382,6 +382,50 @@ def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, 
         assert not calls
 
 
+def test_a_fused_product_of_a_run_time_b_runs_natively_with_the_unfused_bits(monkeypatch):
+    """A com.graphrt.FusedMatMul (bias, Relu) of two run-time operands (fuse_product_activation
+    fuses constant weights only; a model or another pass may write one) runs its bias and Relu
+    in the epilogue of the GEMM on the B packed per run: the values of relu(a @ b + bias), and
+    the bits of MatMul -> Add -> Relu (the same GEMM, then numpy's add and maximum) at 1 and 2
+    threads."""
+    path_or_skip("avx512")
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
+    calls = []
+    real = kernels._native.GemmCall
+    monkeypatch.setattr(
+        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
+    )
+    rng = np.random.default_rng(9)
+    bias = rng.standard_normal(48).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["p"]),
+        helper.make_node("Add", ["p", "bias"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    inputs = [tensor("a", shape=[64, 96]), tensor("b", shape=[96, 48])]
+    unfused = make_model(nodes, inputs, [tensor("y")], [init("bias", bias)])
+    node = helper.make_node(
+        "FusedMatMul", ["a", "b", "bias"], ["y"], domain="com.graphrt", activation="Relu"
+    )
+    model = make_model([node], inputs, [tensor("y")], [init("bias", bias)], domains=["com.graphrt"])
+    fused = [_session(model, "avx512", intra_op_threads=t) for t in (1, 2)]
+    plain = _session(unfused, "avx512", optimization_level="none")
+    for seed in (1, 2):
+        feed = {
+            "a": rng.standard_normal((64, 96)).astype(np.float32) * seed,
+            "b": rng.standard_normal((96, 48)).astype(np.float32) - seed,
+        }
+        want = np.maximum(feed["a"].astype(np.float64) @ feed["b"] + bias, 0.0)
+        calls.clear()
+        got = fused[0].run(None, feed)[0]
+        assert calls, "the native GEMM did not run"
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(bits(fused[1].run(None, feed)[0]), bits(got))
+        np.testing.assert_array_equal(bits(plain.run(None, feed)[0]), bits(got))
+
+
 def test_run_time_b_products_stay_on_numpy_below_the_bounds(monkeypatch):
     """Fewer than FAST_ANY_B_ROWS rows, fewer than DYNAMIC_B_MIN_MACS multiply-adds per
     product, or a BLAS with AVX-512 kernels: numpy's product."""
