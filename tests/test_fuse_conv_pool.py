@@ -133,3 +133,35 @@ def test_light_squeezenet_stem_fuses():
     sess = graphrt.Session(light_model("squeezenet"))
     ops = op_list(sess)
     assert ops.count("com.graphrt.FusedConvPool") == 1 and ops.index(FUSED[0]) == 0
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        {"kernel_shape": [0, 3]},
+        {"kernel_shape": [-1, 3]},
+        {"kernel_shape": [2**62, 3]},
+        {"strides": [0, 2]},
+        {"pads": [-1, 0, 0, 0]},
+        {"pads": [2**62, 0, 0, 0]},
+        {"dilations": [0, 1]},
+        {"dilations": [2**62, 1]},
+    ],
+)
+def test_a_hostile_pool_attribute_is_an_error_naming_the_node(pool):
+    model, feed = _model(pool=pool, hw=224)  # (the native paths' banded geometry)
+    with pytest.raises(graphrt.SessionError) as err:
+        graphrt.Session(model).run(None, feed)
+    assert "stem" in str(err.value)
+
+
+def test_an_empty_batch_and_a_wrong_dtype():
+    model, _ = _model(hw=224)
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    sess = graphrt.Session(model)
+    empty = sess.run(None, {"x": np.zeros((0, 3, 224, 224), np.float32)})[0]
+    assert empty.shape == (0, 32, 55, 55)
+    model.graph.input[0].type.tensor_type.elem_type = 11  # double: W stays float32
+    with pytest.raises(graphrt.SessionError) as err:
+        graphrt.Session(model).run(None, {"x": np.zeros((2, 3, 224, 224), np.float64)})
+    assert "stem" in str(err.value)
