@@ -332,6 +332,21 @@ def _product_model(a_shape, b_shape, const: str | None):
     return model, arrays
 
 
+def _run_time_b_on_avx512(monkeypatch) -> list:
+    """The avx512 path (or a skip) with run-time B products on the native GEMM as where numpy's
+    BLAS lacks AVX-512 kernels; the list each native product's run appends to."""
+    path_or_skip("avx512")
+    import graphrt_ops_simd.kernels as kernels
+
+    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
+    calls: list = []
+    real = kernels._native.GemmCall
+    monkeypatch.setattr(
+        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
+    )
+    return calls
+
+
 @pytest.mark.parametrize(
     "a_shape, b_shape, const",
     [
@@ -346,15 +361,7 @@ def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, 
     its run state's buffer at every run: the values of the B of that run (within fast mode's
     tolerance of float64), the same bits at 1 and 2 threads and for runs of different threads
     at once; the avx2 path keeps numpy's product."""
-    path_or_skip("avx512")
-    import graphrt_ops_simd.kernels as kernels
-
-    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
-    calls = []
-    real = kernels._native.GemmCall
-    monkeypatch.setattr(
-        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
-    )
+    calls = _run_time_b_on_avx512(monkeypatch)
     model, arrays = _product_model(a_shape, b_shape, const)
     feeds = [
         {n: v * scale + shift for n, v in arrays.items() if n != const}
@@ -388,15 +395,7 @@ def test_a_fused_product_of_a_run_time_b_runs_natively_with_the_unfused_bits(mon
     in the epilogue of the GEMM on the B packed per run: the values of relu(a @ b + bias), and
     the bits of MatMul -> Add -> Relu (the same GEMM, then numpy's add and maximum) at 1 and 2
     threads."""
-    path_or_skip("avx512")
-    import graphrt_ops_simd.kernels as kernels
-
-    monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
-    calls = []
-    real = kernels._native.GemmCall
-    monkeypatch.setattr(
-        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
-    )
+    calls = _run_time_b_on_avx512(monkeypatch)
     rng = np.random.default_rng(9)
     bias = rng.standard_normal(48).astype(np.float32)
     nodes = [

@@ -159,6 +159,11 @@ struct FreeDeleter {
 // padded rows; a 4096 x 4096 image needs 32 Mi floats).
 constexpr int64_t MAX_POOL_WORK = int64_t(1) << 26;
 
+// A pool's window over h x w planes with oh x ow outputs, its attributes checked (module.cpp).
+ConvShape pool_shape(const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                     const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads,
+                     size_t pads_size, int64_t h, int64_t w, int64_t oh, int64_t ow);
+
 // The row layout of pool_driver.inc's pool2d (module.cpp): fills g (all but the divisor) and
 // rows; returns the work buffer's floats, every step checked and bounded.
 int64_t pool_layout(const ConvShape& s, int64_t wide, const char* what, AvgPoolGeometry& g,

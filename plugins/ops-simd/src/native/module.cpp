@@ -139,6 +139,32 @@ const IsaKernels& kernels_for(const std::string& isa) {
     throw nb::value_error(("unknown isa '" + isa + "'; expected scalar, avx2 or avx512").c_str());
 }
 
+// A pool's window over h x w planes with oh x ow outputs, its attributes checked (kernel,
+// strides and dilations two integers >= 1, pads_size pads >= 0: the pads before each axis
+// come first); a stride with one output or a dilation with one tap changes no window: taken
+// as 1.  MaxPoolCall's, AvgPoolCall's and ConvPoolCall's.
+ConvShape pool_shape(const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                     const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads,
+                     size_t pads_size, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+    const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
+        {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
+    for (const auto& [v, name] : checks) {
+        const bool is_pads = v == &pads;
+        const size_t size = is_pads ? pads_size : 2;
+        const int64_t least = is_pads ? 0 : 1;
+        bool ok = v->size() == size;
+        for (size_t i = 0; ok && i < size; ++i) ok = (*v)[i] >= least;
+        if (!ok)
+            throw nb::value_error((std::string(name) + " must be " +
+                                   (size == 2 ? std::string("two") : std::to_string(size)) +
+                                   " integers >= " + std::to_string(least) + ", got " +
+                                   dims(*v))
+                                      .c_str());
+    }
+    return ConvShape{0, h, w, kernel[0], kernel[1], oh > 1 ? strides[0] : 1,
+                     ow > 1 ? strides[1] : 1, kernel[0] > 1 ? dilations[0] : 1,
+                     kernel[1] > 1 ? dilations[1] : 1, pads[0], pads[1], oh, ow};
+}
 
 // The row layout of pool_driver.inc's pool2d, shared by MaxPool and AveragePool: fills g (all
 // but the divisor) and rows (per output row, the kernel rows inside x: ty in [t0, t1), iy =
@@ -557,21 +583,6 @@ protected:
         : x_(x), y_(y), kern_(&kernels_for(isa)) {
         check_matrix(x, "x", 4);
         check_matrix(y, "y", 4);
-        const std::pair<const std::vector<int64_t>*, const char*> checks[] = {
-            {&kernel, "kernel"}, {&strides, "strides"}, {&dilations, "dilations"}, {&pads, "pads"}};
-        for (const auto& [v, name] : checks) {
-            const bool is_pads = v == &pads;
-            const size_t size = is_pads ? pads_size : 2;
-            const int64_t least = is_pads ? 0 : 1;
-            bool ok = v->size() == size;
-            for (size_t i = 0; ok && i < size; ++i) ok = (*v)[i] >= least;
-            if (!ok)
-                throw nb::value_error((std::string(name) + " must be " +
-                                       (size == 2 ? std::string("two") : std::to_string(size)) +
-                                       " integers >= " + std::to_string(least) + ", got " +
-                                       dims(*v))
-                                          .c_str());
-        }
         const std::vector<int64_t> xs = shape_of(x), ys = shape_of(y);
         if (ys[0] != xs[0] || ys[1] != xs[1])
             throw nb::value_error(
@@ -588,11 +599,8 @@ protected:
         if (xs[0] > 1 && xs[1] > 1 && x.stride(0) != xs[1] * x.stride(1))
             throw nb::value_error("x's images must be evenly spaced (stride(0) == C * stride(1))");
         check_no_overlap(y, x, "x");
-        // a stride with one output or a dilation with one tap changes no window: taken as 1
         const int64_t oh = ys[2], ow = ys[3];
-        s_ = ConvShape{0, xs[2], xs[3], kernel[0], kernel[1], oh > 1 ? strides[0] : 1,
-                       ow > 1 ? strides[1] : 1, kernel[0] > 1 ? dilations[0] : 1,
-                       kernel[1] > 1 ? dilations[1] : 1, pads[0], pads[1], oh, ow};
+        s_ = pool_shape(kernel, strides, dilations, pads, pads_size, xs[2], xs[3], oh, ow);
         threads_ = clamp_threads(threads);
         begin_ = plane_begin;
         end_ = plane_end;
