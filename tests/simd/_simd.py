@@ -58,14 +58,33 @@ def on_every_isa(strategy, examples: int = 60):
 
 def counting_gemm_call(real: Any, record: Any) -> Any:
     """A stand-in for ``_native.GemmCall`` whose calls report their constructor's arguments
-    to ``record`` before running the real product (for tests that count native products)."""
+    to ``record`` before running the real product (for tests that count native products).  A
+    subclass, so that a ``_native.GemmBatch`` still takes its objects (and runs them without
+    reporting: see counting_gemm_batch)."""
 
-    def make(*args: Any, **kw: Any) -> Any:
-        call = real(*args, **kw)
+    class Counted(real):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.args = args
+
+        def __call__(self) -> None:
+            record(self.args)
+            super().__call__()
+
+    return Counted
+
+
+def counting_gemm_batch(real: Any, record: Any) -> Any:
+    """A stand-in for ``_native.GemmBatch`` whose calls report each of its GemmCalls'
+    constructor arguments (counting_gemm_call's objects) to ``record`` before running it."""
+
+    def make(packs: Any, bs: Any, calls: Any, threads: int = 1) -> Any:
+        batch = real(packs, bs, calls, threads)
 
         def counted() -> None:
-            record(args)
-            call()
+            for call in calls:
+                record(call.args)
+            batch()
 
         return counted
 

@@ -13,7 +13,15 @@ from onnx import TensorProto, helper
 import graphrt
 from graphrt.cli import main
 from tests._models import init, make_model, mlp, small_cnn, tensor
-from tests.simd._simd import ALL_PATHS, ISAS, bits, counting_gemm_call, path_or_skip, simd
+from tests.simd._simd import (
+    ALL_PATHS,
+    ISAS,
+    bits,
+    counting_gemm_batch,
+    counting_gemm_call,
+    path_or_skip,
+    simd,
+)
 
 PATHS = ("numpy", *ALL_PATHS)
 
@@ -340,9 +348,12 @@ def _run_time_b_on_avx512(monkeypatch) -> list:
 
     monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
     calls: list = []
-    real = kernels._native.GemmCall
+    record = calls.append
     monkeypatch.setattr(
-        kernels._native, "GemmCall", counting_gemm_call(real, lambda args: calls.append(1))
+        kernels._native, "GemmCall", counting_gemm_call(kernels._native.GemmCall, record)
+    )
+    monkeypatch.setattr(
+        kernels._native, "GemmBatch", counting_gemm_batch(kernels._native.GemmBatch, record)
     )
     return calls
 
@@ -387,6 +398,55 @@ def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, 
         calls.clear()
         _session(model, "avx2").run(None, feeds[0])
         assert not calls
+
+
+def test_batched_run_time_b_products_run_as_one_native_call_with_each_pairs_bits(monkeypatch):
+    """A batched MatMul of two run-time operands (attention's heads) repacks every B matrix
+    and runs every product in one native call (_native.GemmBatch, rows in blocks over the
+    plugin's threads): each output matrix has the bits of its pair's own 2-D product, at 1, 2
+    and 4 threads, B matrices shared by several pairs (broadcast) included."""
+    calls = _run_time_b_on_avx512(monkeypatch)
+    import graphrt_ops_simd.kernels as kernels
+
+    batches: list = []
+    real = kernels._native.GemmBatch
+    monkeypatch.setattr(
+        kernels._native, "GemmBatch", lambda *a, **kw: batches.append(1) or real(*a, **kw)
+    )
+    model, arrays = _product_model((2, 3, 150, 64), (1, 3, 64, 40), None)  # 150 rows: 3 blocks
+    pair_model, _ = _product_model((150, 64), (64, 40), None)
+    pair = _session(pair_model, "avx512", intra_op_threads=1)
+    want = np.stack(
+        [
+            np.stack([pair.run(None, {"a": arrays["a"][i, j], "b": arrays["b"][0, j]})[0]
+                      for j in range(3)])
+            for i in range(2)
+        ]
+    )  # fmt: skip
+    assert calls, "the pairs' 2-D products did not run on the native GEMM"
+    for threads in (1, 2, 4):
+        batches.clear()
+        session = _session(model, "avx512", intra_op_threads=threads)
+        for _ in range(2):  # the second run repacks into the same buffers
+            got = session.run(None, arrays)[0]
+            np.testing.assert_array_equal(bits(got), bits(want))
+        assert batches == [1], "the products were not one GemmBatch"
+
+
+def test_gemm_batch_refuses_packs_that_do_not_match_their_b():
+    """GemmBatch checks its B matrices against their PackedB before anything runs."""
+    native = simd._native
+    isa = ISAS[-1]
+    b = np.ones((8, 16), np.float32)
+    packed = native.pack_b(b, isa)
+    with pytest.raises(ValueError, match="one B matrix per PackedB"):
+        native.GemmBatch([packed], [], [], 1)
+    with pytest.raises(ValueError, match="its PackedB's shape"):
+        native.GemmBatch([packed], [np.ones((16, 8), np.float32)], [], 1)
+    with pytest.raises(TypeError, match="GemmCall objects"):
+        native.GemmBatch([packed], [b], [lambda: None], 1)
+    with pytest.raises(TypeError, match="PackedB objects"):
+        native.GemmBatch([b], [b], [], 1)
 
 
 def test_a_fused_product_of_a_run_time_b_runs_natively_with_the_unfused_bits(monkeypatch):

@@ -253,6 +253,13 @@ class NativeProduct(NativeKernel):
                 self._call(p, a3[ia], b3[ib], out3[i], 0, m, packed=packed(b3[ib], ib))
                 for i, (ia, ib) in enumerate(p.pairs)
             ]
+            if p.b_dynamic and len(parts) > 1:  # repacks and products in one native call
+                del calls[len(calls) - len(packs) :]
+                indices = list(packs)
+                batch = _native.GemmBatch(
+                    [packs[i] for i in indices], [b3[i] for i in indices], parts, threads
+                )
+                parts = [batch]
         if len(parts) == 1:
             calls.append(parts[0])
         elif parts:
