@@ -216,13 +216,18 @@ class NativeProduct(NativeKernel):
         threads = ctx.threads
         packs: dict[int, Any] = {}  # a run-time B's matrices: this run state's packed copies
 
+        def run_state_pack() -> Any:
+            """A buffer of this run state for a matrix of a run-time B, repacked at each run
+            (made here: concurrent runs of one plan never share it)."""
+            return _native.pack_b(np.zeros((k, n), F32), self.isa)
+
         def packed(b_matrix: np.ndarray, index: int) -> Any:
-            """Matrix ``index`` of a run-time B packed into a buffer of this run state (made
-            here; concurrent runs of one plan never share it), repacked at each run."""
+            """Matrix ``index`` of B as the product reads it: the constant's packed copy, or a
+            run-time B's matrix repacked into its run state buffer by an earlier call."""
             if not p.b_dynamic:
                 return p.packed
             if index not in packs:
-                packs[index] = _native.pack_b(np.zeros((k, n), F32), self.isa)
+                packs[index] = run_state_pack()
                 calls.append(functools.partial(packs[index].repack, b_matrix))
             return packs[index]
 
@@ -249,17 +254,19 @@ class NativeProduct(NativeKernel):
             a3 = a.reshape(math.prod(p.a_shape[:-2]), m, k)
             b3 = b.reshape(math.prod(p.b_shape[:-2]), k, n)
             out3 = out.reshape(len(p.pairs), m, n)
-            parts = [
-                self._call(p, a3[ia], b3[ib], out3[i], 0, m, packed=packed(b3[ib], ib))
-                for i, (ia, ib) in enumerate(p.pairs)
-            ]
-            if p.b_dynamic and len(parts) > 1:  # repacks and products in one native call
-                del calls[len(calls) - len(packs) :]
-                indices = list(packs)
-                batch = _native.GemmBatch(
-                    [packs[i] for i in indices], [b3[i] for i in indices], parts, threads
-                )
-                parts = [batch]
+            if p.b_dynamic and len(p.pairs) > 1:  # the repacks and products: one native call
+                mats = {ib: run_state_pack() for _, ib in p.pairs}
+                products = [
+                    self._call(p, a3[ia], None, out3[i], 0, m, packed=mats[ib])
+                    for i, (ia, ib) in enumerate(p.pairs)
+                ]
+                bs = [b3[ib] for ib in mats]
+                parts = [_native.GemmBatch(list(mats.values()), bs, products, threads)]
+            else:
+                parts = [
+                    self._call(p, a3[ia], b3[ib], out3[i], 0, m, packed=packed(b3[ib], ib))
+                    for i, (ia, ib) in enumerate(p.pairs)
+                ]
         if len(parts) == 1:
             calls.append(parts[0])
         elif parts:
