@@ -56,6 +56,17 @@ def on_every_isa(strategy, examples: int = 60):
     return wrap
 
 
+def recording(real: Any, made: list) -> Any:
+    """A stand-in for a native class (``_native.ConvPoolCall``, ``AvgPoolCall``, ...) that
+    appends each constructor's arguments to ``made`` and returns the real object."""
+
+    def make(*args: Any, **kw: Any) -> Any:
+        made.append(args)
+        return real(*args, **kw)
+
+    return make
+
+
 def counting_gemm_call(real: Any, record: Any) -> Any:
     """A stand-in for ``_native.GemmCall`` whose calls report their constructor's arguments
     to ``record`` before running the real product (for tests that count native products).  A

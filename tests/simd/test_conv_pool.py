@@ -11,7 +11,7 @@ from onnx import helper
 
 import graphrt
 from tests._models import init, make_model, tensor
-from tests.simd._simd import bits, on_every_isa, path_or_skip, simd
+from tests.simd._simd import bits, on_every_isa, path_or_skip, recording, simd
 
 N = simd._native
 RNG = np.random.default_rng(23)
@@ -109,14 +109,8 @@ def test_refusals():
 
 
 def test_a_session_runs_the_stem_in_bands(monkeypatch):
-    made = []
-    real = N.ConvPoolCall
-
-    def spy(*args, **kw):
-        made.append(args)
-        return real(*args, **kw)
-
-    monkeypatch.setattr(N, "ConvPoolCall", spy)
+    made: list = []
+    monkeypatch.setattr(N, "ConvPoolCall", recording(N.ConvPoolCall, made))
     w = RNG.standard_normal((64, 3, 3, 3)).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2]),

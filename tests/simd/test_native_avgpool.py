@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 import graphrt
 from tests._models import make_model, ort_session, tensor
 from tests._versions import onnxruntime_release
-from tests.simd._simd import ALL_PATHS, bits, path_or_skip, simd
+from tests.simd._simd import ALL_PATHS, bits, path_or_skip, recording, simd
 
 _native = simd._native  # _simd skips the module when the plugin is not installed
 simd_pool = pytest.importorskip("graphrt_ops_simd.pool")
@@ -237,14 +237,8 @@ def test_auto_pad_and_special_values(path):
 
 
 def _counting(monkeypatch):
-    calls = []
-    real = _native.AvgPoolCall
-
-    def make(*args, **kw):
-        calls.append(args)
-        return real(*args, **kw)
-
-    monkeypatch.setattr(simd_pool._native, "AvgPoolCall", make)
+    calls: list = []
+    monkeypatch.setattr(simd_pool._native, "AvgPoolCall", recording(_native.AvgPoolCall, calls))
     return calls
 
 
