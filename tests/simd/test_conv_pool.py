@@ -1,6 +1,6 @@
 """The native convolution + MaxPool in bands of rows (ConvPoolCall, src/native/conv_pool.inc):
 the bits of the direct kernel's ConvCall followed by MaxPoolCall, on every ISA and thread
-count, and what it refuses."""
+count, and so for the lanes kernel's bands kept channels-last; and what it refuses."""
 
 from __future__ import annotations
 
@@ -17,20 +17,21 @@ N = simd._native
 RNG = np.random.default_rng(23)
 
 
-def _arrays(n, c, m, h, w, k, s, p, isa):
+def _arrays(n, c, m, h, w, k, s, p, isa, kernel="direct"):
     x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
     x.reshape(-1)[:2] = [np.nan, -0.0]  # a NaN and a signed zero through both kernels
     wt = RNG.standard_normal((m, c, k, k)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-    plan = N.conv_plan(wt, 1, [n, c, h, w], [s, s], [1, 1], [p, p], [oh, ow], isa, "direct")
+    plan = N.conv_plan(wt, 1, [n, c, h, w], [s, s], [1, 1], [p, p], [oh, ow], isa, kernel)
     return x, b, plan, (n, m, oh, ow)
 
 
-def _both(g, isa, threads):
-    """The unfused pair's output and ConvPoolCall's, from one plan."""
+def _both(g, isa, threads, kernel="direct"):
+    """The unfused pair's output and ConvPoolCall's, from one plan (None where the plan does
+    not band or the pool has no output)."""
     x, b, plan, conv_shape = _arrays(
-        g["n"], g["c"], g["m"], g["h"], g["w"], g["k"], g["s"], g["p"], isa
+        g["n"], g["c"], g["m"], g["h"], g["w"], g["k"], g["s"], g["p"], isa, kernel
     )
     pk, ps, pp, pd = g["pk"], g["ps"], g["pp"], g["pd"]
     span = (pk - 1) * pd + 1
@@ -44,7 +45,7 @@ def _both(g, isa, threads):
     window = ([pk, pk], [ps, ps], [pd, pd], [pp, pp])
     N.ConvCall(plan, x, work, conv, b, g["act"], threads)()
     N.MaxPoolCall(conv, want, *window, isa, 0, -1, threads)()
-    if not plan.row_bands:
+    if not (plan.row_bands or plan.lanes_bands):
         return None
     N.ConvPoolCall(plan, x, work, got, b, g["act"], *window, isa, threads)()
     return got, want
@@ -79,13 +80,40 @@ def test_bands_give_the_unfused_bits(isa, g):
         np.testing.assert_array_equal(bits(got), bits(want))
 
 
+@on_every_isa(GEOMETRY, examples=40)
+def test_blocked_bands_give_the_unfused_bits(isa, g):
+    """The lanes kernel's rows kept channels-last, pooled from whole vectors of channels
+    (channel counts with a partial last vector among them: 6, 20, 33)."""
+    if isa == "scalar":
+        pytest.skip("the scalar path has no lanes kernel (its vector is one float)")
+    for threads in (1, 3):
+        both = _both(g, isa, threads, "lanes")
+        if both is None:
+            return
+        got, want = both
+        np.testing.assert_array_equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize("kernel", ["direct", "lanes"])
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
-def test_the_squeezenet_stem(isa):
+def test_the_squeezenet_stem(isa, kernel):
     path_or_skip(isa)
+    if isa == "scalar" and kernel == "lanes":
+        pytest.skip("the scalar path has no lanes kernel (its vector is one float)")
     g = dict(n=1, c=3, m=64, h=224, w=224, k=3, s=2, p=0, pk=3, ps=2, pp=0, pd=1, act="relu")
     for threads in (1, 2, 4):
-        got, want = _both(g, isa, threads)
+        got, want = _both(g, isa, threads, kernel)
         np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_a_blocked_plan_refuses_another_isa():
+    path_or_skip("avx512")
+    x, b, plan, (n, m, _, _) = _arrays(1, 3, 32, 30, 30, 3, 1, 1, "avx512", "lanes")
+    assert plan.lanes_bands
+    work = np.empty(plan.work_floats, np.float32)
+    y = np.empty((n, m, 15, 15), np.float32)
+    with pytest.raises(ValueError, match="isa avx2 is not the convolution plan's"):
+        N.ConvPoolCall(plan, x, work, y, b, "none", [2, 2], [2, 2], [1, 1], [0, 0], "avx2")
 
 
 def test_refusals():
@@ -127,6 +155,8 @@ def test_a_session_runs_the_stem_in_bands(monkeypatch):
     plain = graphrt.Session(model, optimization_level="none").run(None, feed)[0]
     (path,) = paths
     assert len(made) == (2 if path in ("avx2", "avx512") else 0)  # fast mode's native paths
+    # a 3-channel window: the lanes kernel kept channels-last on avx512, else the direct one
+    assert {args[0].kernel for args in made} <= {"lanes" if path == "avx512" else "direct"}
     for got in outs.values():
         np.testing.assert_array_equal(bits(got), bits(plain))
 

@@ -58,6 +58,7 @@ class _Plan:
     epilogue: Any = None  # FusedConv's numpy epilogue (Clip, Sigmoid, Gelu tanh), else None
     gelu: bool = False  # FusedConv's Gelu (erf form): the native Gelu, after the product
     residual: bool = False  # FusedConv's Z (input 3), summed in the kernel before the activation
+    geometry: Any = None  # ops-basic's plan: another native kernel's plan is made from it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Conv(NativeKernel):
             epilogue = basic_fused.plan_epilogue(self.base, ctx, self.base.act, bias=False)
         activation = "relu" if kind == "Relu" else "none"
         residual = ctx.has_input(3)
-        ctx.prepared = _Plan(native, work, bias, activation, epilogue, gelu, residual)
+        ctx.prepared = _Plan(native, work, bias, activation, epilogue, gelu, residual, plan)
 
     def infer_depthwise(self, ctx: InferContext, plan: Any, out_shape: Sequence[int]) -> None:
         """The native depthwise kernel for one channel in and out per group (a depthwise

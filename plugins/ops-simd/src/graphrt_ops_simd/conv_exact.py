@@ -214,13 +214,16 @@ def _native_plan(
     return NativeExactPlan(native, work, constant_bias(ctx), epilogue is not None, epilogue)
 
 
-def native_conv_plan(ctx: InferContext, plan: Any, isa: str, exact: bool = False) -> Any:
+def native_conv_plan(
+    ctx: InferContext, plan: Any, isa: str, exact: bool = False, kernel: str = "auto"
+) -> Any:
     """The native convolution's plan (``_native.ConvPlan``) of ops-basic's Conv plan on ctx's
-    shapes and constant weight; a ValueError where it refuses the geometry or a size."""
+    shapes and constant weight (``kernel``: auto's choice, or one the geometry may refuse, which
+    leaves auto's); a ValueError where it refuses the geometry or a size."""
     w = plan.w
     return _native.conv_plan(
         np.ascontiguousarray(ctx.known_value(1), dtype=F32), plan.group, list(ctx.shape(0)),
-        list(w.strides), list(w.dilations), list(w.begin), list(w.out), isa, "auto", exact,
+        list(w.strides), list(w.dilations), list(w.begin), list(w.out), isa, kernel, exact,
     )  # fmt: skip
 
 

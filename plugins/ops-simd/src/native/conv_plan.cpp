@@ -460,6 +460,13 @@ public:
         return mode_ == DIRECT && !exact_ && group_ == 1 && !flat_ && d.oh == y_h_ &&
                d.ow == y_w_ && d.pitch % isa_->cnr == 0;
     }
+    // Whether run_rows_blocked() computes bands of output rows kept channels-last
+    // (ConvPoolCall's blocked bands): the lanes kernel in fast mode, one group, the output's
+    // own rows (not a flat 1x1 plan's one long row), the whole depth per tile.
+    bool lanes_bands() const {
+        return mode_ == LANES && !exact_ && group_ == 1 && !flat_ && isa_->conv_lanes_ok &&
+               lanes_kb_ == k_ && shape_.oh == y_h_ && shape_.ow == y_w_;
+    }
     int64_t channel_tile() const { return cmr_; }
     std::vector<int64_t> out_shape() const { return {n_, m_, y_h_, y_w_}; }
 
@@ -474,6 +481,18 @@ public:
         float* y = out - (m0 * ldo + r0 * d.ow);
         isa_->conv_direct[0](d, a.work + img * d.staged, offs_.data(), packed_.get(), m0, m1,
                              r0 * d.pitch, r1 * d.pitch, y, nullptr, ldo, a.bias, a.act);
+    }
+
+    // Output rows [r0, r1) of output channels [m0, m1) (m0 a multiple of channel_tile()) of
+    // image img, from the image stage_at() staged (lanes_bands() plans only), channels-last
+    // in vectors of channel_tile(): vector v's (r, x) at band + v * vstride + ((r - r0) * ow +
+    // x) * channel_tile().  bias: whole vectors from m0 on, or null.  The lanes kernel's bits.
+    void run_rows_blocked(const RunArgs& a, int64_t img, int64_t m0, int64_t m1, int64_t r0,
+                          int64_t r1, float* band, int64_t vstride, const float* bias) const {
+        const DirectShape& d = direct_shape_;
+        const float* staged = a.x_in_place ? a.x + img * a.xs0 : a.work + img * d.staged;
+        isa_->conv_lanes_band(shape_, d, staged, offs_.data(), packed_.get(), m0, m1, r0, r1,
+                              band, vstride, bias, a.act);
     }
 
     void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
@@ -825,6 +844,9 @@ void bind_conv(nb::module_& m) {
         .def_prop_ro("kernel", &ConvPlan::kernel)
         .def_prop_ro("row_bands", &ConvPlan::row_bands,
                      "Whether ConvPoolCall can run this plan in bands of output rows.")
+        .def_prop_ro("lanes_bands", &ConvPlan::lanes_bands,
+                     "Whether ConvPoolCall can run this plan in bands of output rows kept "
+                     "channels-last (the lanes kernel).")
         .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"), nb::arg("threads") = 1,
              "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),

@@ -229,6 +229,14 @@ struct IsaKernels {
                        const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
                        int64_t t0, int64_t t1, float* y, const float* z, std::ptrdiff_t ldy,
                        const float* bias, int act, int64_t kb);
+    // Fast mode's output rows [r0, r1) of channels [m0, m1) (m0 a multiple of lmr) of one
+    // image and group (one row per output row: not a flat 1x1 plan, the whole depth per
+    // tile), kept channels-last: channel vector v's (r, x) at band + v * vstride + ((r - r0) *
+    // ow + x) * lmr, bias whole vectors from m0 (or null); conv_lanes' bits.
+    void (*conv_lanes_band)(const ConvShape& s, const DirectShape& d, const float* staged,
+                            const int64_t* offs, const float* wpacked, int64_t m0, int64_t m1,
+                            int64_t r0, int64_t r1, float* band, int64_t vstride,
+                            const float* bias, int act);
     // MaxPool of planes [p0, p1) (x: plane stride x_cs, row stride x_rs, unit column
     // stride; y: plane stride y_cs, rows of s.ow): geometry in s (c unused; oh, ow the
     // output extents); g: the row layout (its divisor unused); work holds
@@ -236,6 +244,11 @@ struct IsaKernels {
     void (*maxpool2d)(const ConvShape& s, const AvgPoolGeometry& g, const float* x,
                       std::ptrdiff_t x_cs, std::ptrdiff_t x_rs, int64_t p0, int64_t p1, float* y,
                       std::ptrdiff_t y_cs, float* work);
+    // MaxPool of a band conv_lanes_band wrote (channels [0, channels), vectors vstride apart;
+    // s: the pool over its s.h rows) into y's planes (channel stride ldy, rows of s.ow):
+    // maxpool2d's bits.  work holds (s.w + 8) * lmr floats.
+    void (*maxpool_band)(const ConvShape& s, const float* band, int64_t vstride,
+                         int64_t channels, float* y, std::ptrdiff_t ldy, float* work);
     // AveragePool of planes [p0, p1) (x and y as maxpool2d's; g: the layout, sums scaled by
     // g.divisor's reciprocal counts); work holds avgpool_work_floats(s, g) floats.
     void (*avgpool2d)(const ConvShape& s, const AvgPoolGeometry& g, const float* x,
