@@ -626,7 +626,8 @@ def _same_bits_on_thread_counts(isa, g, x, wt, b, z, want, kernel):
         plan.run(x, work, y, b, "relu", threads=threads, z=z)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=atol, err_msg=str(threads))
         results.append(y)
-    for threads in (2, 3, 4):  # a bound call (the Winograd kernel's per-thread whole run)
+    # a bound call (the Winograd kernel's per-thread whole run; on one thread, its chunks)
+    for threads in (1, 2, 3, 4):
         y = np.full((x.shape[0], wt.shape[0], *out), np.nan, F32)
         simd.ConvCall(plan, x, work, y, b, "relu", threads, z)()
         results.append(y)
@@ -678,12 +679,15 @@ def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, 
         (1, 300, 24, 6, 1, 1),  # deeper than one block of the products (256)
         (1, 16, 130, 20, 1, 1),  # 130 channels: several chunks of slivers, 100 tiles
         (2, 20, 36, 58, 1, 1),  # 841 tiles: a bound call splits the panels over its threads
+        # (one thread: chunks of V of 6 panels (avx512), cutting tile rows of 29)
+        (1, 16, 64, 55, 1, 1),  # light_squeezenet's: one thread's chunks of 8 whole tile rows
         (1, 9, 24, 47, 0, 3),  # ... in three groups, odd: 23 x 23 tiles, the last ones cut
     ],
 )
 def test_winograd_values_and_bits_on_any_thread_count(isa, n, c, m, size, pad, groups):
     """The Winograd kernel (F(2x2, 3x3)) against the float64 values, and bit for bit on 1 to 4
-    threads and one unit at a time: a unit's tiles and channels never change its arithmetic."""
+    threads and one unit at a time: a unit's tiles and channels never change its arithmetic,
+    nor does a bound call on one thread transforming V a chunk of panels at a time."""
     path_or_skip(isa)
     out = size + 2 * pad - 2
     g = dict(group=groups, strides=[1, 1], dilations=[1, 1], pads=[pad, pad], out=[out, out])

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "binding.h"
@@ -56,6 +57,9 @@ constexpr int64_t WINO_ROWS = 64;
 // quarter of the time), and the transform in at least WINO_STAGE_ITEMS pieces.
 constexpr int64_t WINO_UNITS = 8;
 constexpr int64_t WINO_STAGE_ITEMS = 8;
+// One thread's chunk of V (the transform of a few panels of tiles, multiplied right after) at
+// most this many floats (256 KiB: with a unit's products and U it stays in L2).
+constexpr int64_t WINO_CHUNK_FLOATS = int64_t(1) << 16;
 constexpr int64_t WINO_STAGE_FLOATS = int64_t(1) << 20;
 // A whole call on several threads transforms and multiplies per thread from this many panels of
 // tiles a thread (ConvPlan::call_at).
@@ -70,6 +74,7 @@ enum ThreadBuffer {
     WINO_PADDED_ROWS,
     CONV_POOL_BAND,
     CONV_POOL_WORK,
+    WINO_CHUNK,
     THREAD_BUFFERS
 };
 float* thread_floats(ThreadBuffer which, int64_t floats) {
@@ -292,6 +297,22 @@ public:
         mul(mul(mul(n_, group_, what), mchunks_, what), pblocks_, what);
         const int64_t rows = (ws.slivers + mchunks_ - 1) / mchunks_ * mr;
         scratch_floats_ = wino_scratch_floats(rows, WINO_TILES, nr, ws.tw);
+        // A run on one thread transforms V a chunk of panels at a time into a buffer of its
+        // own and multiplies the chunk right away (run_winograd_chunks): V of the whole map
+        // (850 KiB for 16 -> 64 on 55 x 55) went to the slab, whose lines a model's run finds
+        // out of cache (the other layers and, in the bench, onnxruntime's run in between),
+        // and every store of the transform first read its line from memory.  Chunks of whole
+        // tile rows where such a chunk fits (a split row's input rows are copied twice).
+        const int64_t panel_floats = 16 * s.c * nr;
+        const int64_t fit = WINO_CHUNK_FLOATS / std::max<int64_t>(1, panel_floats);
+        if (fit >= 1) {
+            const int64_t tpanels = ws.tpad / nr;
+            int64_t panels = std::min(fit, tpanels);
+            const int64_t aligned = std::lcm(ws.tw, nr) / nr;  // panels of whole tile rows
+            if (aligned <= panels && panels < tpanels) panels = panels / aligned * aligned;
+            wino_chunk_ = panels * nr;
+            wino_chunk_vmat_ = (s.c * wino_chunk_ + 1023) / 1024 * 1024 + 80;
+        }
     }
 
     int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
@@ -537,6 +558,41 @@ public:
                          a.act, win, thread_floats(WINO_PRODUCTS, scratch_floats_));
     }
 
+    // A whole run on one thread (call_at), chunk after chunk of wino_chunk_ tiles: the
+    // chunk's V (every input channel) into this thread's buffer, then its units.  V's values
+    // and the products' order are the whole map's, so the same bits.
+    void run_winograd_chunks(const RunArgs& a) const {
+        WinoShape ws = wino_;
+        ws.vmat = wino_chunk_vmat_;
+        float* v = thread_floats(WINO_CHUNK, 16 * ws.vmat);
+        const int64_t nr = isa_->nr;
+        for (int64_t ig = 0; ig < n_ * group_; ++ig) {
+            const int64_t img = ig / group_, g = ig % group_;
+            const float* xg = a.x + img * a.xs0 + g * shape_.c * a.xs1;
+            const std::ptrdiff_t yo = img * a.ys0 + g * mg_ * a.ys1;
+            const WinoWindows win{xg, a.xs1, a.xs2, wino_w_.data() + g * mg_ * k_};
+            for (int64_t t0 = 0; t0 < ws.tiles; t0 += wino_chunk_) {
+                const int64_t t1 = std::min(t0 + wino_chunk_, ws.tiles);
+                ws.v_p0 = t0 / nr;
+                for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS) {
+                    const int64_t c1 = std::min(c0 + STAGE_CHANNELS, shape_.c);
+                    float* rows =
+                        thread_floats(WINO_PADDED_ROWS, wino_input_floats(ws, c1 - c0, t0, t1));
+                    isa_->wino_input(ws, xg, a.xs1, a.xs2, c0, c1, t0, t1, v, rows);
+                }
+                for (int64_t tb = t0; tb < t1; tb += WINO_TILES)
+                    for (int64_t mc = 0; mc < mchunks_; ++mc)
+                        isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
+                                         mc * ws.slivers / mchunks_,
+                                         (mc + 1) * ws.slivers / mchunks_, tb,
+                                         std::min(tb + WINO_TILES, t1), a.y + yo,
+                                         a.z ? a.z + yo : nullptr, a.ys1,
+                                         a.bias ? a.bias + g * mg_ : nullptr, a.act, win,
+                                         thread_floats(WINO_PRODUCTS, scratch_floats_));
+            }
+        }
+    }
+
     // Units [u0, u1) of the Winograd plan: each one's 16 products and A^T M A.
     void run_winograd(const RunArgs& a, int64_t u0, int64_t u1, int threads) const {
         NativePool::get().run(u1 - u0, threads, [&](int64_t i) {
@@ -557,6 +613,7 @@ public:
     // 2 threads, 64->64 on 56 x 56 8% and 16->64 on 55 x 55 16% slower than the parts).  An
     // output's arithmetic does not depend on its thread or block, so neither do the bits.
     void call_at(const RunArgs& a, int threads) const {
+        if (mode_ == WINO && threads <= 1 && wino_chunk_) return run_winograd_chunks(a);
         const int64_t panels = mode_ == WINO ? wino_.tpad / isa_->nr : 0;
         if (threads <= 1 || panels < WINO_FUSED_MIN_PANELS * threads) {
             if (staged()) stage_at(a, threads);
@@ -790,6 +847,8 @@ private:
     WinoShape wino_{};
     std::vector<float> wino_w_;  // the dense weight (m x c x 3 x 3), for wino_window
     int64_t v_floats_ = 0;       // floats of one image and group's V (the Winograd kernel)
+    int64_t wino_chunk_ = 0;     // tiles of run_winograd_chunks' chunks (0: V whole only)
+    int64_t wino_chunk_vmat_ = 0;  // floats from one of a chunk's V matrices to the next
     int64_t scratch_floats_ = 0;  // floats of one Winograd unit's scratch
 
     std::unique_ptr<float, FreeDeleter> packed_;

@@ -152,6 +152,7 @@ struct WinoShape {
     int64_t th, tw, tiles, tpad;
     int64_t m, slivers;  // output channels of the group, ceil(m / mr)
     int64_t vmat;        // floats from one of V's matrices to the next (>= c * tpad)
+    int64_t v_p0 = 0;    // the first panel V holds (a chunk of the tiles': ConvPlan's run)
 };
 
 // What wino_tiles reads to compute an output by its window instead (where A^T M A is not
@@ -283,7 +284,7 @@ struct IsaKernels {
     void (*wino_pack_u)(int64_t m, int64_t c, const float* w, float* dst);
     // V = B^T d B of input channels [c0, c1) and tiles [t0, t1) of one image and group (x:
     // plane stride x_cs, row stride x_rs, unit column stride): element (xi, ic, t) at
-    // v[xi * vmat + (t / nr) * c * nr + ic * nr + t % nr]; the tiles past s.tiles are zeroed
+    // v[xi * vmat + (t / nr - v_p0) * c * nr + ic * nr + t % nr]; the tiles past s.tiles are zeroed
     // by the call that ends at s.tiles.  rows holds wino_input_floats(s, c1 - c0, t0, t1).
     void (*wino_input)(const WinoShape& s, const float* x, std::ptrdiff_t x_cs,
                        std::ptrdiff_t x_rs, int64_t c0, int64_t c1, int64_t t0, int64_t t1,
