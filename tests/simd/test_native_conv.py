@@ -679,8 +679,8 @@ def test_packed_runs_give_the_same_bits_on_any_thread_count(isa, n, c, m, size, 
         (1, 300, 24, 6, 1, 1),  # deeper than one block of the products (256)
         (1, 16, 130, 20, 1, 1),  # 130 channels: several chunks of slivers, 100 tiles
         (2, 20, 36, 58, 1, 1),  # 841 tiles: a bound call splits the panels over its threads
-        # (one thread: chunks of V of 6 panels (avx512), cutting tile rows of 29)
-        (1, 16, 64, 55, 1, 1),  # light_squeezenet's: one thread's chunks of 8 whole tile rows
+        # (one thread: chunks of V of 12 panels (avx512), cutting tile rows of 29)
+        (1, 16, 64, 55, 1, 1),  # light_squeezenet's: one thread's chunks of 16 whole tile rows
         (1, 9, 24, 47, 0, 3),  # ... in three groups, odd: 23 x 23 tiles, the last ones cut
     ],
 )
