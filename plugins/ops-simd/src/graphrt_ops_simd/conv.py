@@ -142,7 +142,9 @@ class Conv(NativeKernel):
             message = str(e)
             kind = "unsupported" if message.startswith("unsupported: ") else "invalid_model"
             raise self.fail(message.removeprefix("unsupported: "), kind) from None
-        work = ctx.add_scratch(F32, (native.work_floats,)) if native.work_floats else None
+        # (a bound call's work: the Winograd kernel's transforms go to its threads' buffers)
+        need = native.call_work_floats
+        work = ctx.add_scratch(F32, (need,)) if need else None
         bias = conv_exact.constant_bias(ctx)
         kind = self.fused_activation()
         epilogue, gelu = None, False

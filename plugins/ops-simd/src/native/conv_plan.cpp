@@ -64,9 +64,14 @@ constexpr int64_t WINO_STAGE_ITEMS = 8;
 // light_resnet50 B/A 0.98 and 0.99, light_squeezenet 1.00).
 constexpr int64_t WINO_CHUNK_FLOATS = int64_t(1) << 17;
 constexpr int64_t WINO_STAGE_FLOATS = int64_t(1) << 20;
-// A whole call on several threads transforms and multiplies per thread from this many panels of
-// tiles a thread (ConvPlan::call_at).
+// A whole call on several threads without chunks transforms and multiplies per thread from this
+// many panels of tiles a thread (ConvPlan::call_at).
 constexpr int64_t WINO_FUSED_MIN_PANELS = 3;
+
+// Floats from one of V's 16 matrices to the next for c channels of `tiles` tiles: the matrices
+// 320 bytes apart modulo 4 KiB, not at one offset (a 64 -> 64 layer on 56 x 56 has matrices of
+// exactly 52 pages): the transform's 16 streams of stores would share L1 sets.
+inline int64_t wino_vmat(int64_t c, int64_t tiles) { return (c * tiles + 1023) / 1024 * 1024 + 80; }
 
 
 // One thread's buffers, allocated on first use, grown as needed and kept: a fresh 256 KiB
@@ -284,10 +289,7 @@ public:
         ws.slivers = (mg_ + mr - 1) / mr;
         per_group_ = mul(mul(16, ws.slivers * mr, what), s.c, what);
         bounded(mul(per_group_, group_, what), MAX_FLOATS, what);
-        // V's 16 matrices 320 bytes apart modulo 4 KiB, not at one offset (a 64 -> 64 layer on
-        // 56 x 56 has matrices of exactly 52 pages): the transform's 16 streams of stores
-        // would share L1 sets
-        ws.vmat = (bounded(mul(s.c, ws.tpad, what), MAX_FLOATS, what) + 1023) / 1024 * 1024 + 80;
+        ws.vmat = wino_vmat(bounded(mul(s.c, ws.tpad, what), MAX_FLOATS, what), 1);
         v_floats_ = bounded(mul(16, ws.vmat, what), MAX_FLOATS, what);
         bounded(mul(mul(n_, group_, what), v_floats_, what), MAX_FLOATS, what);
         pack_weight(w);
@@ -300,21 +302,17 @@ public:
         mul(mul(mul(n_, group_, what), mchunks_, what), pblocks_, what);
         const int64_t rows = (ws.slivers + mchunks_ - 1) / mchunks_ * mr;
         scratch_floats_ = wino_scratch_floats(rows, WINO_TILES, nr, ws.tw);
-        // A run on one thread transforms V a chunk of panels at a time into a buffer of its
-        // own and multiplies the chunk right away (run_winograd_chunks): V of the whole map
-        // (850 KiB for 16 -> 64 on 55 x 55) went to the slab, whose lines a model's run finds
-        // out of cache (the other layers and, in the bench, onnxruntime's run in between),
-        // and every store of the transform first read its line from memory.  Chunks of whole
-        // tile rows where such a chunk fits (a split row's input rows are copied twice).
-        const int64_t panel_floats = 16 * s.c * nr;
-        const int64_t fit = WINO_CHUNK_FLOATS / std::max<int64_t>(1, panel_floats);
-        if (fit >= 1) {
-            const int64_t tpanels = ws.tpad / nr;
-            int64_t panels = std::min(fit, tpanels);
-            const int64_t aligned = std::lcm(ws.tw, nr) / nr;  // panels of whole tile rows
-            if (aligned <= panels && panels < tpanels) panels = panels / aligned * aligned;
-            wino_chunk_ = panels * nr;
-            wino_chunk_vmat_ = (s.c * wino_chunk_ + 1023) / 1024 * 1024 + 80;
+        // A bound call's chunks of V (run_winograd_chunks): at most WINO_CHUNK_FLOATS, of whole
+        // tile rows where such a chunk fits (a split row's input rows are copied twice); none
+        // where a chunk would hold less than a unit's block of tiles (512 -> 512 on 28 x 28 in
+        // chunks of one panel: U, 16 MiB, read again for every 32 tiles, 10.5 -> 14.2 ms).
+        const int64_t tpanels = ws.tpad / nr;
+        int64_t panels = std::min(WINO_CHUNK_FLOATS / (16 * s.c * nr), tpanels);
+        const int64_t aligned = std::lcm(ws.tw, nr) / nr;  // panels of whole tile rows
+        if (aligned <= panels && panels < tpanels) panels = panels / aligned * aligned;
+        if (panels * nr >= std::min<int64_t>(WINO_TILES, ws.tpad)) {
+            wino_chunk_panels_ = panels;
+            wino_chunk_vmat_ = wino_vmat(s.c, panels * nr);
         }
     }
 
@@ -324,6 +322,11 @@ public:
     int64_t work_floats() const {
         if (mode_ == WINO) return n_ * group_ * v_floats_;
         return staged() ? n_ * group_ * direct_shape_.staged : 0;
+    }
+    // floats of the work buffer a bound call (ConvCall) needs: none for the Winograd kernel in
+    // chunks, which transforms V a chunk at a time into thread buffers (run_winograd_chunks)
+    int64_t call_work_floats() const {
+        return mode_ == WINO && wino_chunk_panels_ ? 0 : work_floats();
     }
     // whether stage() writes work before run() (the Winograd kernel: V = B^T d B)
     bool staged() const { return mode_ == DIRECT || mode_ == LANES || mode_ == WINO; }
@@ -418,9 +421,9 @@ public:
     template <class W>
     RunArgs checked(const InArray& x, const W& work, const OutArray* yp,
                     const std::optional<InArray>& bias, const std::string& activation,
-                    const std::optional<InArray>& z) const {
+                    const std::optional<InArray>& z, bool call = false) const {
         check_x(x);
-        check_work(work);
+        check_work(work, call ? call_work_floats() : work_floats());
         RunArgs a;
         a.x = static_cast<const float*>(x.data());
         a.work = static_cast<float*>(const_cast<void*>(static_cast<const void*>(work.data())));
@@ -561,39 +564,61 @@ public:
                          a.act, win, thread_floats(WINO_PRODUCTS, scratch_floats_));
     }
 
-    // A whole run on one thread (call_at), chunk after chunk of wino_chunk_ tiles: the
-    // chunk's V (every input channel) into this thread's buffer, then its units.  V's values
-    // and the products' order are the whole map's, so the same bits.
-    void run_winograd_chunks(const RunArgs& a) const {
-        WinoShape ws = wino_;
-        ws.vmat = wino_chunk_vmat_;
-        float* v = thread_floats(WINO_CHUNK, 16 * ws.vmat);
-        const int64_t nr = isa_->nr;
-        for (int64_t ig = 0; ig < n_ * group_; ++ig) {
-            const int64_t img = ig / group_, g = ig % group_;
+    // A bound call's Winograd run (call_at): each image and group's panels of tiles in chunks
+    // of wino_chunk_panels_ (on several threads at most that, as many as the threads take, of
+    // sizes within a panel of each other), each
+    // chunk a unit on one thread: the chunk's V (every input channel) into that thread's buffer,
+    // then its products and A^T M A.  V of the whole map in the slab (850 KiB for 16 -> 64 on
+    // 55 x 55, 3.2 MiB for 64 -> 64 on 56 x 56) was found out of cache in a model's run (the
+    // other layers' data and, in the bench, onnxruntime's run in between), so every store of the
+    // transform fetched its line from memory; and a thread's own V is never read by another core
+    // (reading V another thread wrote moved it between the cores' caches: at 2 threads, 64->64
+    // on 56 x 56 8% and 16->64 on 55 x 55 16% slower).  V's values and the products' order are
+    // the whole map's, so the same bits.
+    void run_winograd_chunks(const RunArgs& a, int threads) const {
+        const int64_t nr = isa_->nr, tpanels = wino_.tpad / nr, images = n_ * group_;
+        const int64_t per = wino_chunk_panels_;  // one thread: chunks of `per` panels
+        int64_t chunks = (tpanels + per - 1) / per;
+        if (threads > 1) {  // each image's chunks a multiple of its share of the threads, even
+            const int64_t share = (threads + images - 1) / images;
+            chunks = std::min(tpanels, (chunks + share - 1) / share * share);
+        }
+        auto first_panel = [&](int64_t k) {
+            return threads > 1 ? k * tpanels / chunks : std::min(k * per, tpanels);
+        };
+        WinoShape base = wino_;
+        base.vmat = threads > 1 ? wino_vmat(shape_.c, (tpanels + chunks - 1) / chunks * nr)
+                                : wino_chunk_vmat_;
+        const int64_t most = wino_stage_rows() * base.tw;  // tiles per transform call
+        NativePool::get().run(images * chunks, threads, [&](int64_t i) {
+            const int64_t ig = i / chunks, img = ig / group_, g = ig % group_;
+            const int64_t t0 = first_panel(i % chunks) * nr;
+            const int64_t t1 = std::min(first_panel(i % chunks + 1) * nr, base.tiles);
+            if (t0 >= t1) return;
+            WinoShape ws = base;
+            ws.v_p0 = t0 / nr;
+            float* v = thread_floats(WINO_CHUNK, 16 * ws.vmat);
             const float* xg = a.x + img * a.xs0 + g * shape_.c * a.xs1;
             const std::ptrdiff_t yo = img * a.ys0 + g * mg_ * a.ys1;
             const WinoWindows win{xg, a.xs1, a.xs2, wino_w_.data() + g * mg_ * k_};
-            for (int64_t t0 = 0; t0 < ws.tiles; t0 += wino_chunk_) {
-                const int64_t t1 = std::min(t0 + wino_chunk_, ws.tiles);
-                ws.v_p0 = t0 / nr;
-                for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS) {
-                    const int64_t c1 = std::min(c0 + STAGE_CHANNELS, shape_.c);
+            for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS) {
+                const int64_t c1 = std::min(c0 + STAGE_CHANNELS, shape_.c);
+                for (int64_t t = t0; t < t1; t += most) {
+                    const int64_t tn = std::min(t + most, t1);
                     float* rows =
-                        thread_floats(WINO_PADDED_ROWS, wino_input_floats(ws, c1 - c0, t0, t1));
-                    isa_->wino_input(ws, xg, a.xs1, a.xs2, c0, c1, t0, t1, v, rows);
+                        thread_floats(WINO_PADDED_ROWS, wino_input_floats(ws, c1 - c0, t, tn));
+                    isa_->wino_input(ws, xg, a.xs1, a.xs2, c0, c1, t, tn, v, rows);
                 }
-                for (int64_t tb = t0; tb < t1; tb += WINO_TILES)
-                    for (int64_t mc = 0; mc < mchunks_; ++mc)
-                        isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
-                                         mc * ws.slivers / mchunks_,
-                                         (mc + 1) * ws.slivers / mchunks_, tb,
-                                         std::min(tb + WINO_TILES, t1), a.y + yo,
-                                         a.z ? a.z + yo : nullptr, a.ys1,
-                                         a.bias ? a.bias + g * mg_ : nullptr, a.act, win,
-                                         thread_floats(WINO_PRODUCTS, scratch_floats_));
             }
-        }
+            for (int64_t tb = t0; tb < t1; tb += WINO_TILES)
+                for (int64_t mc = 0; mc < mchunks_; ++mc)
+                    isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
+                                     mc * ws.slivers / mchunks_, (mc + 1) * ws.slivers / mchunks_,
+                                     tb, std::min(tb + WINO_TILES, t1), a.y + yo,
+                                     a.z ? a.z + yo : nullptr, a.ys1,
+                                     a.bias ? a.bias + g * mg_ : nullptr, a.act, win,
+                                     thread_floats(WINO_PRODUCTS, scratch_floats_));
+        });
     }
 
     // Units [u0, u1) of the Winograd plan: each one's 16 products and A^T M A.
@@ -610,13 +635,15 @@ public:
         });
     }
 
-    // A whole call (ConvCall): stage() then run(), except for the Winograd kernel on several
-    // threads with panels of tiles enough for each: there each thread transforms the tiles it
-    // then multiplies (reading V another thread wrote moved it between the cores' caches: at
-    // 2 threads, 64->64 on 56 x 56 8% and 16->64 on 55 x 55 16% slower than the parts).  An
-    // output's arithmetic does not depend on its thread or block, so neither do the bits.
+    // A whole call (ConvCall): stage() then run(), except for the Winograd kernel: in chunks of
+    // tiles that each transform V and multiply it on one thread (run_winograd_chunks), or, with
+    // input channels too many for a chunk, on several threads with panels of tiles enough for
+    // each, each thread transforming into work the tiles it then multiplies (reading V another
+    // thread wrote moved it between the cores' caches: at 2 threads, 64->64 on 56 x 56 8% and
+    // 16->64 on 55 x 55 16% slower than the parts).  An output's arithmetic does not depend on
+    // its thread, chunk or block, so neither do the bits.
     void call_at(const RunArgs& a, int threads) const {
-        if (mode_ == WINO && threads <= 1 && wino_chunk_) return run_winograd_chunks(a);
+        if (mode_ == WINO && wino_chunk_panels_) return run_winograd_chunks(a, threads);
         const int64_t panels = mode_ == WINO ? wino_.tpad / isa_->nr : 0;
         if (threads <= 1 || panels < WINO_FUSED_MIN_PANELS * threads) {
             if (staged()) stage_at(a, threads);
@@ -823,11 +850,11 @@ private:
     }
 
     template <class A>
-    void check_work(const A& work) const {
+    void check_work(const A& work, int64_t need) const {
         check_flat(work, "work");
-        if (static_cast<int64_t>(work.size()) < work_floats())
-            throw nb::value_error(("work must hold " + std::to_string(work_floats()) +
-                                   " floats, got " + std::to_string(work.size()))
+        if (static_cast<int64_t>(work.size()) < need)
+            throw nb::value_error(("work must hold " + std::to_string(need) + " floats, got " +
+                                   std::to_string(work.size()))
                                       .c_str());
     }
 
@@ -850,8 +877,8 @@ private:
     WinoShape wino_{};
     std::vector<float> wino_w_;  // the dense weight (m x c x 3 x 3), for wino_window
     int64_t v_floats_ = 0;       // floats of one image and group's V (the Winograd kernel)
-    int64_t wino_chunk_ = 0;     // tiles of run_winograd_chunks' chunks (0: V whole only)
-    int64_t wino_chunk_vmat_ = 0;  // floats from one of a chunk's V matrices to the next
+    int64_t wino_chunk_panels_ = 0;  // the most panels of a bound call's chunk (0: V whole)
+    int64_t wino_chunk_vmat_ = 0;    // floats from one of such a chunk's V matrices to the next
     int64_t scratch_floats_ = 0;  // floats of one Winograd unit's scratch
 
     std::unique_ptr<float, FreeDeleter> packed_;
@@ -866,7 +893,7 @@ public:
              const std::string& activation, int threads, std::optional<InArray> z)
         : plan_obj_(std::move(plan)), plan_(&nb::cast<const ConvPlan&>(plan_obj_)), x_(x),
           work_(work), y_(y), bias_(bias), z_(z),
-          args_(plan_->checked(x, work, &y, bias, activation, z)),
+          args_(plan_->checked(x, work, &y, bias, activation, z, true)),
           threads_(clamp_threads(threads)) {}
 
     void operator()() const {
@@ -901,7 +928,11 @@ void bind_conv(nb::module_& m) {
     nb::class_<ConvPlan>(m, "ConvPlan", "A planned 2-D convolution: packed weight, work units.")
         .def_prop_ro("units", &ConvPlan::units)
         .def_prop_ro("nbytes", &ConvPlan::nbytes)
-        .def_prop_ro("work_floats", &ConvPlan::work_floats)
+        .def_prop_ro("work_floats", &ConvPlan::work_floats,
+                     "Floats of the work buffer stage() and run() take.")
+        .def_prop_ro("call_work_floats", &ConvPlan::call_work_floats,
+                     "Floats of the work buffer a ConvCall takes (none for the Winograd "
+                     "kernel, which transforms in chunks into buffers of its threads).")
         .def_prop_ro("staged", &ConvPlan::staged)
         .def_prop_ro("kernel", &ConvPlan::kernel)
         .def_prop_ro("row_bands", &ConvPlan::row_bands,
