@@ -1014,3 +1014,31 @@ def test_a_conv_of_no_input_channels_is_its_bias(path):
     model = make_model([node], [tensor("x", shape=[1, 0, 5, 5])], [tensor("y")], inits)
     (y,) = graphrt.Session(model, kernel_path=path).run(None, {"x": np.ones((1, 0, 5, 5), F32)})
     np.testing.assert_array_equal(y, np.broadcast_to(b[None, :, None, None], (1, 8, 5, 5)))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_a_winograd_call_takes_no_work_where_it_runs_in_chunks(isa):
+    """A bound call transforms V chunk by chunk into its threads' own buffers: its step
+    reserves no work (the unit API's stage and run still take V whole), with the bits of
+    stage and run; with input channels too many for a chunk it takes V whole in work."""
+    path_or_skip(isa)
+    rng = np.random.default_rng(11)
+    for c, chunked in ((16, True), (512, False)):
+        x = rng.standard_normal((1, c, 28, 28)).astype(F32)
+        wt = rng.standard_normal((16, c, 3, 3)).astype(F32)
+        plan = simd.conv_plan(wt, 1, [1, c, 28, 28], [1, 1], [1, 1], [1, 1], [28, 28], isa,
+                              "winograd")  # fmt: skip
+        assert plan.work_floats > 0
+        assert plan.call_work_floats == (0 if chunked else plan.work_floats)
+        want = np.empty((1, 16, 28, 28), F32)
+        work = np.empty(plan.work_floats, F32)
+        plan.stage(x, work)
+        plan.run(x, work, want, None, "none")
+        got = np.full_like(want, 7.0)
+        call_work = np.empty(plan.call_work_floats, F32)
+        for threads in (1, 2, 3):
+            simd.ConvCall(plan, x, call_work, got, None, "none", threads)()
+            np.testing.assert_array_equal(bits(got), bits(want))
+        if not chunked:
+            with pytest.raises(ValueError, match="work must hold"):
+                simd.ConvCall(plan, x, np.empty(0, F32), got, None, "none", 1)
