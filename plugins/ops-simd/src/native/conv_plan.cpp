@@ -566,15 +566,15 @@ public:
 
     // A bound call's Winograd run (call_at): each image and group's panels of tiles in chunks
     // of wino_chunk_panels_ (on several threads at most that, as many as the threads take, of
-    // sizes within a panel of each other), each
-    // chunk a unit on one thread: the chunk's V (every input channel) into that thread's buffer,
-    // then its products and A^T M A.  V of the whole map in the slab (850 KiB for 16 -> 64 on
-    // 55 x 55, 3.2 MiB for 64 -> 64 on 56 x 56) was found out of cache in a model's run (the
-    // other layers' data and, in the bench, onnxruntime's run in between), so every store of the
-    // transform fetched its line from memory; and a thread's own V is never read by another core
-    // (reading V another thread wrote moved it between the cores' caches: at 2 threads, 64->64
-    // on 56 x 56 8% and 16->64 on 55 x 55 16% slower).  V's values and the products' order are
-    // the whole map's, so the same bits.
+    // sizes within a panel of each other), each chunk a unit on one thread: the chunk's V
+    // (every input channel) into that thread's buffer, then its products and A^T M A.  V of
+    // the whole map in the slab (850 KiB for 16 -> 64 on 55 x 55, 3.2 MiB for 64 -> 64 on
+    // 56 x 56) was found out of cache in a model's run (the other layers' data and, in the
+    // bench, onnxruntime's run in between), so every store of the transform fetched its line
+    // from memory; and a thread's own V is never read by another core (reading V another
+    // thread wrote moved it between the cores' caches: at 2 threads, 64->64 on 56 x 56 8% and
+    // 16->64 on 55 x 55 16% slower).  V's values and the products' order are the whole map's,
+    // so the same bits.
     void run_winograd_chunks(const RunArgs& a, int threads) const {
         const int64_t nr = isa_->nr, tpanels = wino_.tpad / nr, images = n_ * group_;
         const int64_t per = wino_chunk_panels_;  // one thread: chunks of `per` panels
