@@ -382,7 +382,8 @@ public:
             NativePool::get().run(items * parts, threads, [&](int64_t i) {
                 const int64_t part = i % parts, item = i / parts;
                 const int64_t ig = item / per, c0 = item % per * STAGE_CHANNELS;
-                wino_transform(a, ig / group_, ig % group_, c0,
+                const int64_t img = ig / group_, g = ig % group_;
+                wino_transform(wino_, slab_v(a, img, g), a, img, g, c0,
                                std::min(c0 + STAGE_CHANNELS, shape_.c),
                                part * th / parts * wino_.tw, (part + 1) * th / parts * wino_.tw);
             });
@@ -541,27 +542,51 @@ public:
         return std::max<int64_t>(1, WINO_STAGE_FLOATS / (STAGE_CHANNELS * 2 * wino_pitch(wino_)));
     }
 
-    // V of channels [c0, c1) and tiles [t0, t1) of image img, group g (the thread's rows).
-    void wino_transform(const RunArgs& a, int64_t img, int64_t g, int64_t c0, int64_t c1,
-                        int64_t t0, int64_t t1) const {
-        float* rows = thread_floats(WINO_PADDED_ROWS, wino_input_floats(wino_, c1 - c0, t0, t1));
-        isa_->wino_input(wino_, a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2, c0, c1,
-                         t0, t1, a.work + (img * group_ + g) * v_floats_, rows);
+    // Image img and group g's V in work (the whole map's, stage_at's and the units').
+    float* slab_v(const RunArgs& a, int64_t img, int64_t g) const {
+        return a.work + (img * group_ + g) * v_floats_;
     }
 
-    // Channel chunk mc and tiles [t0, t1) of image img, group g: the 16 products and A^T M A;
-    // x and the dense weight for the outputs taken by their windows.
-    void wino_unit(const RunArgs& a, int64_t img, int64_t g, int64_t mc, int64_t t0,
-                   int64_t t1) const {
-        const WinoShape& ws = wino_;
+    // V of channels [c0, c1) and tiles [t0, t1) of image img, group g into v (ws: its layout).
+    void wino_transform(const WinoShape& ws, float* v, const RunArgs& a, int64_t img, int64_t g,
+                        int64_t c0, int64_t c1, int64_t t0, int64_t t1) const {
+        float* rows = thread_floats(WINO_PADDED_ROWS, wino_input_floats(ws, c1 - c0, t0, t1));
+        isa_->wino_input(ws, a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2, c0, c1, t0,
+                         t1, v, rows);
+    }
+
+    // V of every channel and tiles [t0, t1) of image img, group g into v, in blocks of
+    // STAGE_CHANNELS channels and of tile rows whose padded planes stay within
+    // WINO_STAGE_FLOATS (one thread's part of a bound call).
+    void wino_transform_all(const WinoShape& ws, float* v, const RunArgs& a, int64_t img,
+                            int64_t g, int64_t t0, int64_t t1) const {
+        const int64_t most = wino_stage_rows() * ws.tw;  // tiles per transform call
+        for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS)
+            for (int64_t t = t0; t < t1; t += most)
+                wino_transform(ws, v, a, img, g, c0, std::min(c0 + STAGE_CHANNELS, shape_.c), t,
+                               std::min(t + most, t1));
+    }
+
+    // Channel chunk mc and tiles [t0, t1) of image img, group g from v (ws: its layout): the 16
+    // products and A^T M A; x and the dense weight for the outputs taken by their windows.
+    void wino_unit(const WinoShape& ws, const float* v, const RunArgs& a, int64_t img, int64_t g,
+                   int64_t mc, int64_t t0, int64_t t1) const {
         const std::ptrdiff_t yo = img * a.ys0 + g * mg_ * a.ys1;
         const WinoWindows win{a.x + img * a.xs0 + g * shape_.c * a.xs1, a.xs1, a.xs2,
                               wino_w_.data() + g * mg_ * k_};
-        isa_->wino_tiles(ws, a.work + (img * group_ + g) * v_floats_,
-                         packed_.get() + g * per_group_, mc * ws.slivers / mchunks_,
+        isa_->wino_tiles(ws, v, packed_.get() + g * per_group_, mc * ws.slivers / mchunks_,
                          (mc + 1) * ws.slivers / mchunks_, t0, t1, a.y + yo,
                          a.z ? a.z + yo : nullptr, a.ys1, a.bias ? a.bias + g * mg_ : nullptr,
                          a.act, win, thread_floats(WINO_PRODUCTS, scratch_floats_));
+    }
+
+    // Every unit of tiles [t0, t1) (t0 a multiple of nr) of image img, group g from v: blocks of
+    // WINO_TILES tiles by chunks of output channels (one thread's part of a bound call).
+    void wino_units_all(const WinoShape& ws, const float* v, const RunArgs& a, int64_t img,
+                        int64_t g, int64_t t0, int64_t t1) const {
+        for (int64_t tb = t0; tb < t1; tb += WINO_TILES)
+            for (int64_t mc = 0; mc < mchunks_; ++mc)
+                wino_unit(ws, v, a, img, g, mc, tb, std::min(tb + WINO_TILES, t1));
     }
 
     // A bound call's Winograd run (call_at): each image and group's panels of tiles in chunks
@@ -589,7 +614,6 @@ public:
         WinoShape base = wino_;
         base.vmat = threads > 1 ? wino_vmat(shape_.c, (tpanels + chunks - 1) / chunks * nr)
                                 : wino_chunk_vmat_;
-        const int64_t most = wino_stage_rows() * base.tw;  // tiles per transform call
         NativePool::get().run(images * chunks, threads, [&](int64_t i) {
             const int64_t ig = i / chunks, img = ig / group_, g = ig % group_;
             const int64_t t0 = first_panel(i % chunks) * nr;
@@ -598,26 +622,8 @@ public:
             WinoShape ws = base;
             ws.v_p0 = t0 / nr;
             float* v = thread_floats(WINO_CHUNK, 16 * ws.vmat);
-            const float* xg = a.x + img * a.xs0 + g * shape_.c * a.xs1;
-            const std::ptrdiff_t yo = img * a.ys0 + g * mg_ * a.ys1;
-            const WinoWindows win{xg, a.xs1, a.xs2, wino_w_.data() + g * mg_ * k_};
-            for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS) {
-                const int64_t c1 = std::min(c0 + STAGE_CHANNELS, shape_.c);
-                for (int64_t t = t0; t < t1; t += most) {
-                    const int64_t tn = std::min(t + most, t1);
-                    float* rows =
-                        thread_floats(WINO_PADDED_ROWS, wino_input_floats(ws, c1 - c0, t, tn));
-                    isa_->wino_input(ws, xg, a.xs1, a.xs2, c0, c1, t, tn, v, rows);
-                }
-            }
-            for (int64_t tb = t0; tb < t1; tb += WINO_TILES)
-                for (int64_t mc = 0; mc < mchunks_; ++mc)
-                    isa_->wino_tiles(ws, v, packed_.get() + g * per_group_,
-                                     mc * ws.slivers / mchunks_, (mc + 1) * ws.slivers / mchunks_,
-                                     tb, std::min(tb + WINO_TILES, t1), a.y + yo,
-                                     a.z ? a.z + yo : nullptr, a.ys1,
-                                     a.bias ? a.bias + g * mg_ : nullptr, a.act, win,
-                                     thread_floats(WINO_PRODUCTS, scratch_floats_));
+            wino_transform_all(ws, v, a, img, g, t0, t1);
+            wino_units_all(ws, v, a, img, g, t0, t1);
         });
     }
 
@@ -630,7 +636,8 @@ public:
             const int64_t mc = rest % mchunks_;
             rest /= mchunks_;
             const int64_t t0 = pb * WINO_TILES;
-            wino_unit(a, rest / group_, rest % group_, mc, t0,
+            const int64_t img = rest / group_, g = rest % group_;
+            wino_unit(wino_, slab_v(a, img, g), a, img, g, mc, t0,
                       std::min(t0 + WINO_TILES, wino_.tiles));
         });
     }
@@ -650,21 +657,15 @@ public:
             run_at(a, 0, units(), threads);
             return;
         }
-        const WinoShape& ws = wino_;
         const int64_t nr = isa_->nr;
         NativePool::get().run(n_ * group_ * threads, threads, [&](int64_t i) {
             const int64_t ig = i / threads, k = i % threads;
             const int64_t img = ig / group_, g = ig % group_;
             const int64_t ta = k * panels / threads * nr;
-            const int64_t tb = std::min((k + 1) * panels / threads * nr, ws.tiles);
-            const int64_t most = wino_stage_rows() * ws.tw;  // tiles per transform call
-            for (int64_t c0 = 0; c0 < shape_.c; c0 += STAGE_CHANNELS)
-                for (int64_t t = ta; t < tb; t += most)
-                    wino_transform(a, img, g, c0, std::min(c0 + STAGE_CHANNELS, shape_.c), t,
-                                   std::min(t + most, tb));
-            for (int64_t t0 = ta; t0 < tb; t0 += WINO_TILES)
-                for (int64_t mc = 0; mc < mchunks_; ++mc)
-                    wino_unit(a, img, g, mc, t0, std::min(t0 + WINO_TILES, tb));
+            const int64_t tb = std::min((k + 1) * panels / threads * nr, wino_.tiles);
+            float* v = slab_v(a, img, g);
+            wino_transform_all(wino_, v, a, img, g, ta, tb);
+            wino_units_all(wino_, v, a, img, g, ta, tb);
         });
     }
 
