@@ -165,7 +165,10 @@ def compile_model(
     def flags_of(node: PassNode, kernel: OpKernel) -> KernelFlags:
         return _kernel_flags(node, kernel, path)
 
-    ctx = PassContext(exact, level, make_kernel, lookup, cancellation, max_memory, flags_of)
+    ctx = PassContext(
+        exact, level, make_kernel, lookup, cancellation, max_memory, flags_of,
+        kernel_path=path.name if path else "numpy",
+    )  # fmt: skip
     passes_run = []
     # one ascending order over the built-ins and the plugins' passes (stable: at equal orders
     # the built-ins first), so a plugin pass can run before constant folding (order 10)

@@ -50,6 +50,10 @@ class PassContext:
     #: ``kernel_flags(node, kernel)``: the flags a node built by ``make_kernel`` runs under
     #: (its OpDef's; a kernel path's kernel's own planning flags).  None: the OpDef's.
     kernel_flags: Callable[[PassNode, Any], Any] | None = None
+    #: The session's kernel path (``"numpy"`` or a kernel path's name, as ``graphrt explain``
+    #: prints it): a plugin's pass may rewrite for its own path's kernels (ops-simd's blocked
+    #: layout on avx512) and leave the graph alone on any other.
+    kernel_path: str = "numpy"
 
 
 class PassGraph:
