@@ -5,6 +5,7 @@
 
 #include "kernels.h"
 #include "affine.h"
+#include "blocked.h"
 #include "fast.h"
 #include "rnn.h"
 #include "vec_x86.h"
@@ -107,6 +108,7 @@ struct PoolLanes {
 #include "gemm_rows.inc"
 #include "attention_driver.inc"
 #include "affine_driver.inc"
+#include "blocked_driver.inc"
 
 }  // namespace avx2
 
@@ -114,5 +116,6 @@ const IsaKernels avx2_kernels = avx2::make_table("avx2");
 const RnnKernels avx2_rnn = avx2::make_rnn_table("avx2");
 const FastKernels avx2_fast = avx2::make_fast_table("avx2");
 const AffineKernels avx2_affine = avx2::make_affine_table("avx2");
+const BlockedKernels avx2_blocked = avx2::make_blocked_table("avx2");
 
 }  // namespace graphrt_simd

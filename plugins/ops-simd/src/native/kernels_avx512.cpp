@@ -5,6 +5,7 @@
 
 #include "kernels.h"
 #include "affine.h"
+#include "blocked.h"
 #include "fast.h"
 #include "rnn.h"
 #include "vec_x86.h"
@@ -90,6 +91,7 @@ struct PoolLanes {
 #include "gemm_rows.inc"
 #include "attention_driver.inc"
 #include "affine_driver.inc"
+#include "blocked_driver.inc"
 
 }  // namespace avx512
 
@@ -97,5 +99,6 @@ const IsaKernels avx512_kernels = avx512::make_table("avx512");
 const RnnKernels avx512_rnn = avx512::make_rnn_table("avx512");
 const FastKernels avx512_fast = avx512::make_fast_table("avx512");
 const AffineKernels avx512_affine = avx512::make_affine_table("avx512");
+const BlockedKernels avx512_blocked = avx512::make_blocked_table("avx512");
 
 }  // namespace graphrt_simd

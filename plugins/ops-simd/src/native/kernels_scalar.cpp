@@ -6,6 +6,7 @@
 
 #include "kernels.h"
 #include "affine.h"
+#include "blocked.h"
 #include "fast.h"
 #include "rnn.h"
 
@@ -159,6 +160,7 @@ struct PoolLanes {
 #include "gemm_rows.inc"
 #include "attention_driver.inc"
 #include "affine_driver.inc"
+#include "blocked_driver.inc"
 
 }  // namespace scalar
 
@@ -166,5 +168,6 @@ const IsaKernels scalar_kernels = scalar::make_table("scalar");
 const RnnKernels scalar_rnn = scalar::make_rnn_table("scalar");
 const FastKernels scalar_fast = scalar::make_fast_table("scalar");
 const AffineKernels scalar_affine = scalar::make_affine_table("scalar");
+const BlockedKernels scalar_blocked = scalar::make_blocked_table("scalar");
 
 }  // namespace graphrt_simd

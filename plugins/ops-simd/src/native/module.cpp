@@ -1087,6 +1087,8 @@ void bind_attention(nb::module_& m);
 void bind_qgemm(nb::module_& m);
 // The per-channel affine of inference BatchNormalization (affine.cpp).
 void bind_affine(nb::module_& m);
+// The blocked (NCHWc) layout's pools and copies (blocked.cpp).
+void bind_blocked(nb::module_& m);
 }  // namespace graphrt_simd
 
 NB_MODULE(_native, m) {
@@ -1153,6 +1155,7 @@ NB_MODULE(_native, m) {
     bind_attention(m);
     bind_qgemm(m);
     bind_affine(m);
+    bind_blocked(m);
     nb::class_<MaxPoolCall>(m, "MaxPoolCall",
                             "maxpool2d's arguments checked once; calling it runs maxpool2d.")
         .def(nb::init<InArray, OutArray, const std::vector<int64_t>&,
