@@ -93,6 +93,8 @@ def test_plugin_provides_the_three_paths_ranked():
         ours = (
             "FusedConv", "FusedMatMul", "FusedGemm", "Gelu", "Attention", "LayerNormalization",
             "FusedBatchNormalization", "FusedConvPool",
+            # the blocked layout's operators, which this plugin's own table defines
+            "BlockedConv", "BlockedMaxPool", "BlockedGlobalAveragePool", "FromBlocked",
         )  # fmt: skip
         fused = {("com.graphrt", op) for op in ours}
         assert set(p.kernels) == {("", op) for op in ops} | fused

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.plugin import InferContext, KernelContext
+from graphrt.plugin import InferContext, KernelContext, OpKernel
 from graphrt_ops_basic import conv as basic_conv
 from graphrt_ops_basic import fused as basic_fused
 from graphrt_ops_basic._geometry import call_all
@@ -97,6 +97,23 @@ def depthwise_work_floats(w: Any, kernel: Sequence[int]) -> int:
     return max(planes, (rows * span + kernel[0] * kernel[1] + pixels) * _WIDEST)
 
 
+def planned(
+    owner: OpKernel, ctx: InferContext, plan: Any, **options: Any
+) -> tuple[Any, int | None]:
+    """The native plan of ops-basic's Conv ``plan`` for ``owner``'s node (``options``: those of
+    conv_exact.native_conv_plan) and the scratch of its bound call's work (None: it takes
+    none; the Winograd kernel's transforms go to its threads' buffers).  The plan checks every
+    size it derives (overflow, a bound of 2 GiB): its refusal is the node's SessionError."""
+    try:
+        native = conv_exact.native_conv_plan(ctx, plan, owner.isa, **options)
+    except ValueError as e:
+        message = str(e)
+        kind = "unsupported" if message.startswith("unsupported: ") else "invalid_model"
+        raise owner.fail(message.removeprefix("unsupported: "), kind) from None
+    need = native.call_work_floats
+    return native, ctx.add_scratch(F32, (need,)) if need else None
+
+
 class Conv(NativeKernel):
     # fast mode's native plans (GEMM-blocked, depthwise), or exact mode's
     plan_type = (_Plan, _DepthwisePlan, conv_exact.ExactPlan, conv_exact.NativeExactPlan)
@@ -136,15 +153,7 @@ class Conv(NativeKernel):
                 f"{list(w.dilations)}, pads {list(w.begin)}) overflows or exceeds the native bound",
                 "unsupported",
             )
-        try:  # the plan checks every size it derives (overflow, a bound of 2 GiB)
-            native = conv_exact.native_conv_plan(ctx, plan, self.isa)
-        except ValueError as e:
-            message = str(e)
-            kind = "unsupported" if message.startswith("unsupported: ") else "invalid_model"
-            raise self.fail(message.removeprefix("unsupported: "), kind) from None
-        # (a bound call's work: the Winograd kernel's transforms go to its threads' buffers)
-        need = native.call_work_floats
-        work = ctx.add_scratch(F32, (need,)) if need else None
+        native, work = planned(self, ctx, plan)
         bias = conv_exact.constant_bias(ctx)
         kind = self.fused_activation()
         epilogue, gelu = None, False

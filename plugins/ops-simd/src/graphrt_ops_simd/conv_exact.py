@@ -215,15 +215,24 @@ def _native_plan(
 
 
 def native_conv_plan(
-    ctx: InferContext, plan: Any, isa: str, exact: bool = False, kernel: str = "auto"
+    ctx: InferContext,
+    plan: Any,
+    isa: str,
+    exact: bool = False,
+    kernel: str = "auto",
+    x_shape: Sequence[int] | None = None,
+    **layout: Any,
 ) -> Any:
     """The native convolution's plan (``_native.ConvPlan``) of ops-basic's Conv plan on ctx's
-    shapes and constant weight (``kernel``: auto's choice, or one the geometry may refuse, which
-    leaves auto's); a ValueError where it refuses the geometry or a size."""
+    shapes (X's planar ``x_shape`` where X is blocked) and constant weight (``kernel``: auto's
+    choice, or one the geometry may refuse, which leaves auto's; ``layout``: ``x_block`` and
+    ``y_blocked``); a ValueError where it refuses the geometry or a size."""
     w = plan.w
+    shape = list(ctx.shape(0) if x_shape is None else x_shape)
     return _native.conv_plan(
-        np.ascontiguousarray(ctx.known_value(1), dtype=F32), plan.group, list(ctx.shape(0)),
+        np.ascontiguousarray(ctx.known_value(1), dtype=F32), plan.group, shape,
         list(w.strides), list(w.dilations), list(w.begin), list(w.out), isa, kernel, exact,
+        **layout,
     )  # fmt: skip
 
 

@@ -8,6 +8,10 @@ FusedConvPool: a convolution and its MaxPool) and the int8
 products (MatMulInteger, QLinearMatMul, with DynamicQuantizeLinear: qproduct.py) and
 convolutions (ConvInteger, QLinearConv: qconv.py); the session picks the best available one
 ("auto") or the one forced by ``kernel_path=`` / ``GRAPHRT_KERNEL_PATH``.
+
+It also defines the blocked layout's operators (``com.graphrt`` BlockedConv, BlockedMaxPool,
+BlockedGlobalAveragePool, FromBlocked: blocked.py, numpy kernels on planar copies in the
+table, native ones on avx2/avx512) and the pass that writes them on avx512 (layout.py).
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from graphrt.plugin import KernelPath, NodeInfo, OpKernel, hookimpl, kernel_modules
+from graphrt.plugin import (
+    GraphPass,
+    KernelPath,
+    NodeInfo,
+    OpDef,
+    OpKernel,
+    hookimpl,
+    kernel_modules,
+)
 
 from . import _native
 from .elementwise import UNARY, Gelu
@@ -36,6 +48,15 @@ FusedGemm, FusedMatMul = fused.FusedGemm, fused.FusedMatMul
 MaxPool, AveragePool, GlobalAveragePool = pool.MaxPool, pool.AveragePool, pool.GlobalAveragePool
 (qproduct,) = kernel_modules(__package__, "qproduct")  # int8 products: MatMulInteger, ...
 (qconv,) = kernel_modules(__package__, "qconv")  # int8 convolutions: ConvInteger, ...
+(blocked,) = kernel_modules(__package__, "blocked")  # the blocked layout's operators
+#: The blocked layout's operators: (op type, table kernel, native kernel).
+BLOCKED_OPS = (
+    ("BlockedConv", blocked.BlockedConv, blocked.NativeBlockedConv),
+    ("BlockedMaxPool", blocked.BlockedMaxPool, blocked.NativeBlockedMaxPool),
+    ("BlockedGlobalAveragePool", blocked.BlockedGlobalAveragePool,
+     blocked.NativeBlockedGlobalAveragePool),
+    ("FromBlocked", blocked.FromBlocked, blocked.NativeFromBlocked),
+)  # fmt: skip
 Recurrent = recurrent.Recurrent
 NonMaxSuppression = suppression.NonMaxSuppression
 
@@ -93,6 +114,7 @@ def kernel_paths() -> list[KernelPath]:
                 ),
                 ("com.graphrt", "LayerNormalization"): _factory(LayerNormalization, isa),
                 **{("", op): _factory(cls, isa) for op, cls in UNARY.items()},
+                **{("com.graphrt", op): _factory(cls, isa) for op, _, cls in BLOCKED_OPS},
             },
         )
         for isa, rank in PATHS
@@ -102,3 +124,15 @@ def kernel_paths() -> list[KernelPath]:
 @hookimpl
 def graphrt_kernel_paths() -> list[KernelPath]:
     return kernel_paths()
+
+
+@hookimpl
+def graphrt_operators() -> list[OpDef]:
+    return [OpDef(op, table, domain="com.graphrt") for op, table, _ in BLOCKED_OPS]
+
+
+@hookimpl
+def graphrt_graph_passes() -> list[GraphPass]:
+    from .layout import BlockedLayout
+
+    return [BlockedLayout()]

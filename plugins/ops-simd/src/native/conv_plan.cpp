@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "binding.h"
 #include "conv_choice.h"
@@ -111,8 +112,9 @@ public:
              const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
              const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
              const std::string& isa, const std::string& kernel, bool exact,
-             const std::string& tuning)
+             const std::string& tuning, int64_t x_block, bool y_blocked)
         : isa_(&kernels_for(isa)), group_(group), exact_(exact) {
+        x_block_ = x_block, y_blocked_ = y_blocked;
         const ConvTuning rules = conv_tuning_named(tuning);
         check_matrix(w, "w", 4);
         auto check = [](const std::vector<int64_t>& v, size_t size, const char* what,
@@ -151,14 +153,16 @@ public:
         bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
-        mode_ = choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel, rules);
+        if (y_blocked_ || x_block_) check_blocked(group);
+        // a blocked output is the lanes kernel's bands (conv_blocked.inc), stored as they are
+        mode_ = y_blocked_ ? LANES : choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel, rules);
         packed_pairs_ = rules == FULL512;
         if (mode_ == WINO) {
             plan_winograd(w);
             return;
         }
-        if (staged() && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && !s.ph && !s.pw &&
-            s.oh == s.h && s.ow == s.w) {
+        if (staged() && !y_blocked_ && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 &&
+            !s.ph && !s.pw && s.oh == s.h && s.ow == s.w) {
             // a plain 1x1 kernel sees each plane as one row of h * w positions (stage() lays
             // x's rows end to end): channels in lanes cut it into pieces of about crt
             // positions instead of 7 x 7 maps' rows of 7, each weight read fewer times
@@ -188,7 +192,7 @@ public:
         int64_t per_chunk = mode_ == PACKED ? tiles_ : fit < 1 ? 1 : std::min(fit, tiles_);
         lanes_kb_ = k_;
         const int64_t multi = isa_->lanes_multi;
-        if (mode_ == LANES && fit < multi && tiles_ >= multi &&
+        if (mode_ == LANES && !y_blocked_ && fit < multi && tiles_ >= multi &&
             !LanesTiling(s.oh, s.ow, isa_->crt).narrow) {
             // A window too deep for four channel tiles in the budget (3x3 512->512: 4608
             // steps, 1.2 MiB) ran in pairs, with 9 loads per 14 multiply-adds against a quad's
@@ -221,17 +225,23 @@ public:
                 d.hp = mul((hp + s.sh - 1) / s.sh, s.sh * s.sw, what);
             }
             const int64_t plane = bounded(mul(d.hp, d.wp, what), MAX_FLOATS, what);
-            const int64_t planes = bounded(mul(s.c, plane, what), MAX_FLOATS, what);
+            // a blocked image: whole blocks of channels, each position a block's B floats
+            const int64_t xb = x_block_ ? x_block_ : 1;
+            const int64_t lanes_c = (s.c + xb - 1) / xb * xb;
+            const int64_t planes = bounded(mul(lanes_c, plane, what), MAX_FLOATS, what);
+            d.xblock = xb;
             // each tap's offset: (dy, dx) lies in phase plane (dy % sh, dx % sw) of its
-            // channel, dy / sh rows and dx / sw columns on (one plane, unit strides)
+            // channel, dy / sh rows and dx / sw columns on (one plane, unit strides); in a
+            // blocked image, in lane ch % B of block ch / B
             const int64_t hq = d.hp / (d.sh * d.sw);
             for (int64_t ch = 0; ch < s.c; ++ch)
                 for (int64_t y = 0; y < s.kh; ++y)
                     for (int64_t x = 0; x < s.kw; ++x) {
                         const int64_t ty = y * s.dh, tx = x * s.dw;
                         const int64_t phase = (ty % d.sh) * d.sw + tx % d.sw;
-                        offs_.push_back(ch * plane + (phase * hq + ty / d.sh) * d.wp +
-                                        tx / d.sw);
+                        const int64_t at = (phase * hq + ty / d.sh) * d.wp + tx / d.sw;
+                        offs_.push_back(x_block_ ? (ch / xb * plane + at) * xb + ch % xb
+                                                 : ch * plane + at);
                     }
             if (mode_ == DIRECT) {
                 // row tiles (only a row's last one partial) or wide positions (tiles run on
@@ -326,6 +336,9 @@ public:
     // floats of the work buffer a bound call (ConvCall) needs: none for the Winograd kernel in
     // chunks, which transforms V a chunk at a time into thread buffers (run_winograd_chunks)
     int64_t call_work_floats() const {
+        const DirectShape& d = direct_shape_;
+        if (x_block_ && !shape_.ph && !shape_.pw && d.hp == x_h_ && d.wp == x_w_)
+            return 0;  // a blocked x without pads is read in place
         return mode_ == WINO && wino_chunk_panels_ ? 0 : work_floats();
     }
     // whether stage() writes work before run() (the Winograd kernel: V = B^T d B)
@@ -365,6 +378,7 @@ public:
     bool lanes_in_place(const RunArgs& a) const {
         const DirectShape& d = direct_shape_;
         const bool as_x = flat_ || (!shape_.ph && !shape_.pw && d.hp == x_h_ && d.wp == x_w_);
+        if (x_block_) return as_x;  // (check_x: a blocked x is C-contiguous)
         return mode_ == LANES && as_x && a.xs1 == x_h_ * x_w_ && (x_h_ == 1 || a.xs2 == x_w_);
     }
 
@@ -390,6 +404,7 @@ public:
             return;
         }
         if (a.x_in_place) return;
+        if (x_block_) return stage_blocked(a, threads);
         const float* px = a.x;
         float* pw = a.work;
         const std::ptrdiff_t xs0 = a.xs0, xs1 = a.xs1, xs2 = a.xs2;
@@ -417,6 +432,30 @@ public:
         });
     }
 
+    // A blocked x's staged copy (its pads): per block of channels, hp rows of wp positions
+    // of B floats, zero outside x; copies, so any split over threads gives the same floats.
+    void stage_blocked(const RunArgs& a, int threads) const {
+        const DirectShape& d = direct_shape_;
+        const int64_t b = x_block_, blocks = (shape_.c + b - 1) / b;
+        const int64_t prow = d.wp * b, block = d.hp * prow, xrow = x_w_ * b;
+        NativePool::get().run(n_ * blocks, threads, [&](int64_t i) {
+            const float* x = a.x + i / blocks * a.xs0 + i % blocks * a.xs1;
+            float* dst = a.work + i / blocks * d.staged + i % blocks * block;
+            for (int64_t r = 0; r < d.hp; ++r) {
+                float* row = dst + r * prow;
+                const int64_t iy = r - d.ph;
+                if (iy < 0 || iy >= x_h_) {
+                    std::memset(row, 0, sizeof(float) * prow);
+                    continue;
+                }
+                const int64_t left = d.pw * b, right = prow - left - xrow;
+                std::memset(row, 0, sizeof(float) * left);
+                std::memcpy(row + left, x + iy * a.xs2, sizeof(float) * xrow);
+                std::memset(row + left + xrow, 0, sizeof(float) * right);
+            }
+        });
+    }
+
     // Every check of stage() and run() (ConvCall makes both): shapes, strides, overlaps (y
     // null: no output here, stage()'s x and work, or ConvPoolCall's, which checks its own y).
     template <class W>
@@ -432,6 +471,8 @@ public:
         a.x_in_place = lanes_in_place(a);  // once per bound call, not per run
         check_no_overlap(work, x, "x");  // stage() writes work while it reads x
         const std::vector<int64_t> want_y{n_, m_, y_h_, y_w_};
+        if (yp && y_blocked_)
+            throw nb::value_error("a plan with a blocked output runs as a BlockedConvCall");
         if (yp) {
             const OutArray& y = *yp;
             check_matrix(y, "y", 4);
@@ -496,6 +537,7 @@ public:
                lanes_kb_ == k_ && shape_.oh == y_h_ && shape_.ow == y_w_;
     }
     int64_t channel_tile() const { return cmr_; }
+    bool y_blocked() const { return y_blocked_; }
     std::vector<int64_t> out_shape() const { return {n_, m_, y_h_, y_w_}; }
 
     // Output rows [r0, r1) of output channels [m0, m1) (m0 a multiple of channel_tile()) of
@@ -840,7 +882,37 @@ private:
                 mg_, mode_ == WINO ? s.c : k_, pw + g * mg_ * k_, packed_.get() + g * per_group_);
     }
 
+    // What a blocked plan needs: the lanes kernel in fast mode, one group, x blocked in the
+    // ISA's vectors (and only with a blocked output: conv_lanes writes planes from planes).
+    void check_blocked(int64_t group) const {
+        std::string why;
+        for (const auto& [bad, what] : {std::pair{exact_, "exact mode"},
+                                        std::pair{group != 1, "more than one group"},
+                                        std::pair{!isa_->conv_lanes_ok, "this path"}})
+            if (bad) why += (why.empty() ? "" : ", ") + std::string(what);
+        if (!why.empty())
+            throw nb::value_error(("unsupported: a blocked convolution takes one group in fast "
+                                   "mode on a path with the lanes kernel (avx2, avx512), not " +
+                                   why)
+                                      .c_str());
+        if (x_block_ && (x_block_ != isa_->lmr || !y_blocked_))
+            throw nb::value_error(("x_block must be this path's " + std::to_string(isa_->lmr) +
+                                   " channels, with y_blocked, got " + std::to_string(x_block_))
+                                      .c_str());
+    }
+
     void check_x(const InArray& x) const {
+        if (x_block_) {  // (n, ceil(c / B), h, w, B), C-contiguous
+            check_matrix(x, "x", 5);
+            const std::vector<int64_t> want{n_, (shape_.c + x_block_ - 1) / x_block_, x_h_,
+                                            x_w_, x_block_};
+            if (shape_of(x) != want)
+                throw nb::value_error(("a blocked x must have shape " + dims(want) + ", got " +
+                                       dims(shape_of(x)))
+                                          .c_str());
+            check_flat(x, "x");
+            return;
+        }
         check_matrix(x, "x", 4);
         const std::vector<int64_t> want{n_, shape_.c * group_, x_h_, x_w_};
         if (shape_of(x) != want)
@@ -863,6 +935,8 @@ private:
     ConvShape shape_{};  // the kernels' geometry (flat_: one row of h * w positions)
     int64_t x_h_ = 0, x_w_ = 0, y_h_ = 0, y_w_ = 0;  // the caller's planes
     bool flat_ = false;
+    int64_t x_block_ = 0;     // x blocked in blocks of this many channels (0: planes)
+    bool y_blocked_ = false;  // the output blocked too: BlockedConvCall's bands only
     bool packed_pairs_ = false;  // the packed kernel's whole tiles in pairs (FULL512's rules)
     bool exact_ = false;  // exact mode's sums (a multiply and an add per term; no Winograd)
     DirectShape direct_shape_{};
@@ -913,14 +987,15 @@ private:
 };
 
 #include "conv_pool.inc"
+#include "conv_blocked.inc"
 
 ConvPlan* conv_plan(const InArray& w, int64_t group, const std::vector<int64_t>& x_shape,
                     const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                     const std::vector<int64_t>& pads, const std::vector<int64_t>& out,
                     const std::string& isa, const std::string& kernel, bool exact,
-                    const std::string& tuning) {
+                    const std::string& tuning, int64_t x_block, bool y_blocked) {
     return new ConvPlan(w, group, x_shape, strides, dilations, pads, out, isa, kernel, exact,
-                        tuning);
+                        tuning, x_block, y_blocked);
 }
 
 }  // namespace
@@ -972,15 +1047,27 @@ void bind_conv(nb::module_& m) {
         .def_prop_ro("thread_floats", &ConvPoolCall::thread_floats_needed,
                      "Floats of the buffers each thread keeps (the band and the pool's work).")
         .def("__call__", &ConvPoolCall::operator());
+    nb::class_<BlockedConvCall>(m, "BlockedConvCall",
+                                "A plan with a blocked output (y_blocked) on fixed arrays, "
+                                "checked once: y = act(conv(x) + bias), y (n, ceil(m / B), oh, "
+                                "ow, B) for the plan's ISA's vector of B channels.")
+        .def(nb::init<nb::object, InArray, OutArray, OutArray, std::optional<InArray>,
+                      const std::string&, int>(),
+             nb::arg("plan"), nb::arg("x"), nb::arg("work"), nb::arg("y"), nb::arg("bias").none(),
+             nb::arg("activation"), nb::arg("threads") = 1)
+        .def("__call__", &BlockedConvCall::operator());
     m.def("conv_plan", &conv_plan, nb::arg("w"), nb::arg("group"), nb::arg("x_shape"),
           nb::arg("strides"), nb::arg("dilations"), nb::arg("pads"), nb::arg("out"),
           nb::arg("isa"), nb::arg("kernel") = "auto", nb::arg("exact") = false,
-          nb::arg("tuning") = "auto", nb::rv_policy::take_ownership,
+          nb::arg("tuning") = "auto", nb::arg("x_block") = 0, nb::arg("y_blocked") = false,
+          nb::rv_policy::take_ownership,
           "Plan a float32 2-D convolution (pads = the pads before each spatial axis; out = the "
           "output extents, which fix the pads after; kernel: auto, direct, lanes, packed, "
           "stream or winograd; exact: exact mode's sums, bit for bit on every ISA, no "
           "Winograd, no activation or residual in the run; tuning: the rule set auto follows "
-          "on avx512, auto (this CPU's: conv_tuning()), split512 or full512).");
+          "on avx512, auto (this CPU's: conv_tuning()), split512 or full512; x_block: x is "
+          "blocked in blocks of this many channels, the ISA's vector (0: planes); y_blocked: "
+          "the output blocked the same way, by a BlockedConvCall).");
 }
 
 }  // namespace graphrt_simd

@@ -64,6 +64,10 @@ struct DirectShape {
     // offs[kk] = kk * kstep for every depth step (one channel plane after another: 1x1
     // kernels), found once per plan; 0: the kernels read offs (see tap_offset)
     int64_t kstep = 0;
+    // floats per position of the staged image: 1 for planes of positions, the block B of a
+    // blocked image (its channel c at plane c / B, lane c % B: conv_blocked.inc), whose
+    // positions lie B floats apart (offs already hold the blocked offsets)
+    int64_t xblock = 1;
 };
 // The largest stride of a direct plan (its phase planes)
 constexpr int64_t DIRECT_MAX_STRIDE = 4;
