@@ -274,3 +274,34 @@ def test_blocked_conv_refuses_a_residual_and_other_activations():
                                 kernel_shape=[1, 1], **extra)  # fmt: skip
         with pytest.raises(graphrt.SessionError, match=match):
             _one(node, [1, 8, 4, 4], w).run(None, {"x": rand_x(1, 8, 4, 4)})
+
+
+@pytest.mark.parametrize("path", ["numpy", "avx2", "avx512"])
+@pytest.mark.parametrize(
+    "op, attrs, x_shape, kind",
+    [
+        ("BlockedConv", dict(block=1 << 40, kernel_shape=[3, 3]), [1, 16, 8, 8],
+         "resource_exhausted"),
+        ("BlockedConv", dict(block=16, x_blocked=1, kernel_shape=[3, 3], pads=[1 << 30] * 4),
+         [1, 1, 8, 8, 16], None),
+        ("BlockedMaxPool", dict(block=16, kernel_shape=[3, 3], pads=[1 << 29] * 4),
+         [1, 1, 8, 8, 16], "resource_exhausted"),
+        ("BlockedGlobalAveragePool", dict(block=16, channels=1 << 40), [1, 1, 8, 8, 16],
+         "invalid_input"),
+    ],
+)  # fmt: skip
+def test_hostile_attributes_are_refused(path, op, attrs, x_shape, kind):
+    """Geometry past every bound: a SessionError naming the node, never a crash (a size past
+    the memory budget is the plan's error, which names the node making it)."""
+    if path not in ("numpy", *ISAS):
+        pytest.skip(f"kernel path {path!r} is not available on this CPU")
+    inits = [init("w", np.ones((16, 16, 3, 3), np.float32))] if op == "BlockedConv" else []
+    inputs = ["x", "w"] if inits else ["x"]
+    node = helper.make_node(op, inputs, ["y"], domain="com.graphrt", name="n", **attrs)
+    model = make_model(
+        [node], [tensor("x", shape=x_shape)], [tensor("y")], inits, domains=["com.graphrt"]
+    )
+    with pytest.raises(graphrt.SessionError) as err:
+        graphrt.Session(model, kernel_path=path).run(None, {"x": np.ones(x_shape, np.float32)})
+    assert err.value.node == "n" or "node 'n'" in str(err.value)  # (the plan's budget: both)
+    assert err.value.kind in ((kind,) if kind else ("resource_exhausted", "unsupported"))
