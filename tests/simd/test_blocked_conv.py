@@ -146,10 +146,15 @@ def test_refusals():
     want = rf"a blocked y must have shape \(1, 1, 4, 4, {block}\), got \(1, 1, 4, 5"
     with pytest.raises(ValueError, match=want):
         _native.BlockedConvCall(plan, x, work, wrong, None, "none", 1)
+    assert plan.call_work_floats == 0  # no pads: x read as it lies, so it must be contiguous
+    strided = np.ones([1, 8, 6, 9], F32)[..., :6]  # rows 9 floats apart
+    y = np.empty(blocked_shape([1, 16, 4, 4], block), F32)
+    with pytest.raises(ValueError, match="x must be C-contiguous: the call reads it in place"):
+        _native.BlockedConvCall(plan, strided, work[:0], y, None, "none", 1)
     planar = _native.conv_plan(wt, 1, shape, [1, 1], [1, 1], [0, 0], out, isa)
     y = np.empty(blocked_shape([1, 16, 4, 4], block), F32)
     with pytest.raises(ValueError, match="has no blocked output"):
-        _native.BlockedConvCall(planar, x, work, y, None, "none", 1)
+        _native.BlockedConvCall(planar, x, np.empty(planar.call_work_floats, F32), y, None, "none")
     blocked_x = _native.conv_plan(
         wt, 1, shape, [1, 1], [1, 1], [0, 0], out, isa, x_block=block, y_blocked=True
     )

@@ -250,26 +250,8 @@ class BlockedGlobalAveragePool(_FromBlocks):
         self.inner = basic_pool.GlobalAveragePool(_planar_node(node, "GlobalAveragePool", ""))
 
 
-class _Copy(OpKernel):
-    """Identity on planes (FromBlocked's planar kernel: the unblocking is the whole work)."""
-
-    supports_exact = True
-
-    def infer(self, ctx: InferContext) -> None:
-        ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
-
-    def bind(
-        self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
-    ) -> Callable[[], None]:
-        return functools.partial(np.copyto, outputs[0], inputs[0])
-
-
 class FromBlocked(_FromBlocks):
-    """A blocked X's planes (N, C, H, W)."""
-
-    def __init__(self, node: NodeInfo) -> None:
-        super().__init__(node)
-        self.inner = _Copy(node)
+    """A blocked X's planes (N, C, H, W): the copy alone, no planar kernel."""
 
     def infer(self, ctx: InferContext) -> None:
         shape, _ = self.planar_input(ctx)

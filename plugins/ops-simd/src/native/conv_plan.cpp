@@ -161,8 +161,8 @@ public:
             plan_winograd(w);
             return;
         }
-        if (staged() && !y_blocked_ && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 &&
-            !s.ph && !s.pw && s.oh == s.h && s.ow == s.w) {
+        if (staged() && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && !s.ph && !s.pw &&
+            s.oh == s.h && s.ow == s.w) {
             // a plain 1x1 kernel sees each plane as one row of h * w positions (stage() lays
             // x's rows end to end): channels in lanes cut it into pieces of about crt
             // positions instead of 7 x 7 maps' rows of 7, each weight read fewer times
@@ -337,8 +337,8 @@ public:
     // chunks, which transforms V a chunk at a time into thread buffers (run_winograd_chunks)
     int64_t call_work_floats() const {
         const DirectShape& d = direct_shape_;
-        if (x_block_ && !shape_.ph && !shape_.pw && d.hp == x_h_ && d.wp == x_w_)
-            return 0;  // a blocked x without pads is read in place
+        if (y_blocked_ && (flat_ || (!shape_.ph && !shape_.pw && d.hp == x_h_ && d.wp == x_w_)))
+            return 0;  // x without pads is read in place (a planar x: if C-contiguous)
         return mode_ == WINO && wino_chunk_panels_ ? 0 : work_floats();
     }
     // whether stage() writes work before run() (the Winograd kernel: V = B^T d B)
@@ -469,6 +469,8 @@ public:
         a.work = static_cast<float*>(const_cast<void*>(static_cast<const void*>(work.data())));
         a.xs0 = x.stride(0), a.xs1 = x.stride(1), a.xs2 = x.stride(2);
         a.x_in_place = lanes_in_place(a);  // once per bound call, not per run
+        if (call && y_blocked_ && !a.x_in_place && call_work_floats() == 0)
+            throw nb::value_error("x must be C-contiguous: the call reads it in place");
         check_no_overlap(work, x, "x");  // stage() writes work while it reads x
         const std::vector<int64_t> want_y{n_, m_, y_h_, y_w_};
         if (yp && y_blocked_)
@@ -538,6 +540,10 @@ public:
     }
     int64_t channel_tile() const { return cmr_; }
     bool y_blocked() const { return y_blocked_; }
+    // Output positions per row of the kernels' geometry and its rows (a flat plan: one row)
+    int64_t row_positions() const { return shape_.ow; }
+    int64_t rows() const { return shape_.oh; }
+    bool flat() const { return flat_; }
     std::vector<int64_t> out_shape() const { return {n_, m_, y_h_, y_w_}; }
 
     // Output rows [r0, r1) of output channels [m0, m1) (m0 a multiple of channel_tile()) of
@@ -563,6 +569,17 @@ public:
         const float* staged = a.x_in_place ? a.x + img * a.xs0 : a.work + img * d.staged;
         isa_->conv_lanes_band(shape_, d, staged, offs_.data(), packed_.get(), m0, m1, r0, r1,
                               band, vstride, bias, a.act);
+    }
+    // ... and positions [q0, q1) of a flat plan's one row (a 1x1 kernel's positions lie end to
+    // end in x and in the band: the part is a row of its own, its first position at band).
+    void run_part_blocked(const RunArgs& a, int64_t img, int64_t m0, int64_t m1, int64_t q0,
+                          int64_t q1, float* band, int64_t vstride, const float* bias) const {
+        const DirectShape& d = direct_shape_;
+        const float* staged = a.x_in_place ? a.x + img * a.xs0 : a.work + img * d.staged;
+        ConvShape part = shape_;
+        part.ow = q1 - q0;
+        isa_->conv_lanes_band(part, d, staged + q0 * d.xblock, offs_.data(), packed_.get(), m0,
+                              m1, 0, 1, band, vstride, bias, a.act);
     }
 
     void run(const InArray& x, const InArray& work, OutArray y, std::optional<InArray> bias,
