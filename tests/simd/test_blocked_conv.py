@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from graphrt_ops_simd.blocked import block_into, blocked_shape, unblock_into
 from tests.simd._simd import bits, on_every_isa, path_or_skip, simd
 
 _native = simd._native
+blocked = pytest.importorskip("graphrt_ops_simd.blocked")  # (after _simd: its skip comes first)
+block_into, blocked_shape, unblock_into = (
+    blocked.block_into,
+    blocked.blocked_shape,
+    blocked.unblock_into,
+)
 F32 = np.float32
 LANES = ("avx2", "avx512")
 RNG = np.random.default_rng(5)
