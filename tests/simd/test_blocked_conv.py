@@ -120,10 +120,9 @@ def test_squeezenet_layers_at_every_thread_count(isa, c, m, hw, k, pad):
         np.testing.assert_array_equal(bits(got), bits(want))
 
 
-def test_refusals():
-    isa = next((p for p in ("avx512", "avx2") if p in simd.available_isas()), None)
-    if isa is None:
-        pytest.skip("no avx2/avx512 path: no blocked convolution")
+@pytest.mark.parametrize("isa", LANES)
+def test_refusals(isa):
+    path_or_skip(isa)
     block = _native.blocked_block(isa)
     wt = np.ones((16, 8, 3, 3), F32)
     shape, out = [1, 8, 6, 6], [4, 4]
@@ -148,7 +147,8 @@ def test_refusals():
     with pytest.raises(ValueError, match=r"y must have 5 dimension\(s\), got 4"):
         _native.BlockedConvCall(plan, x, work, np.empty([1, 16, 4, 4], F32), None, "none", 1)
     wrong = np.empty([1, 1, 4, 5, block], F32)
-    want = rf"a blocked y must have shape \(1, 1, 4, 4, {block}\), got \(1, 1, 4, 5"
+    blocks = -(-16 // block)
+    want = rf"a blocked y must have shape \(1, {blocks}, 4, 4, {block}\), got \(1, 1, 4, 5"
     with pytest.raises(ValueError, match=want):
         _native.BlockedConvCall(plan, x, work, wrong, None, "none", 1)
     assert plan.call_work_floats == 0  # no pads: x read as it lies, so it must be contiguous
