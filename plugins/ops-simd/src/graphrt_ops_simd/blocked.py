@@ -267,19 +267,8 @@ class FromBlocked(_FromBlocks):
 
 
 @dataclasses.dataclass(frozen=True)
-class _ConvPlan:
-    native: Any  # _native.ConvPlan with a blocked output
-    work: int | None  # scratch of a blocked X's staged copy (its pads), else None
-    bias: np.ndarray | None  # a constant bias, contiguous float32
-    activation: str  # "none" or "relu"
-
-
-@dataclasses.dataclass(frozen=True)
 class _PoolPlan:
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    pads: tuple[int, ...]  # before each spatial axis
+    w: Any  # ops-basic's Window of the MaxPool (its pads before each axis: ``begin``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,7 +304,7 @@ class _NativeBlocked(NativeKernel):
 
 
 class NativeBlockedConv(_NativeBlocked):
-    plan_type = _ConvPlan
+    plan_type = conv._Plan  # (a plan with a blocked output: no epilogue, Gelu or residual)
     half_weight_inputs = (1,)
 
     def infer(self, ctx: InferContext) -> None:
@@ -341,12 +330,12 @@ class NativeBlockedConv(_NativeBlocked):
         bias = conv_exact.constant_bias(ctx)
         ctx.set_output(0, dtype, out_shape)
         relu = self.base.inner.act.kind == "Relu"
-        ctx.prepared = _ConvPlan(native, work, bias, "relu" if relu else "none")
+        ctx.prepared = conv._Plan(native, work, bias, "relu" if relu else "none")
 
     def call(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
-        p: _ConvPlan = ctx.prepared
+        p: conv._Plan = ctx.prepared
         x = inputs[0]
         bias = p.bias
         if bias is None and len(inputs) > 2 and inputs[2] is not None:
@@ -365,17 +354,15 @@ class NativeBlockedMaxPool(_NativeBlocked):
         if not _native_block(self, ctx) or w is None or len(w.kernel) != 2:
             return self.fallback(ctx)
         ctx.set_output(0, *trial.output_types()[0])
-        ctx.prepared = _PoolPlan(
-            tuple(w.kernel), tuple(w.strides), tuple(w.dilations), tuple(w.begin)
-        )
+        ctx.prepared = _PoolPlan(w)
 
     def call(
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
-        p: _PoolPlan = ctx.prepared
+        w = ctx.prepared.w
         return _native.BlockedMaxPoolCall(
-            inputs[0], outputs[0], list(p.kernel), list(p.strides), list(p.dilations), list(p.pads),
-            self.isa, ctx.threads,
+            inputs[0], outputs[0], list(w.kernel), list(w.strides), list(w.dilations),
+            list(w.begin), self.isa, ctx.threads,
         )  # fmt: skip
 
 
