@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -288,42 +290,105 @@ def test_a_kept_promise_passes(buggy_run, op, check):
     assert _outcome(buggy_run[1], op, check).startswith("PASSED")
 
 
-def test_the_fixture_names_the_broken_promise():
-    """graphrt_contract's checks, called in-process on a kernel registered by hand."""
+def _triple(decline_float32: bool = False) -> type:
+    """A kernel of 3x that reads its input again after writing output 0: wrong written over
+    its input, yet declaring ``in_place_input`` (declining it for float32 where asked)."""
     import numpy as np
 
-    import graphrt
-    from graphrt.plugin import OpDef, OpKernel, hookimpl
-    from graphrt.testing import Case, Contract
-    from graphrt.testing.contract import ContractError
+    from graphrt.plugin import OpKernel
 
     class Triple(OpKernel):
         in_place_input = 0
 
         def infer(self, ctx):
             ctx.set_output(0, ctx.dtype(0), ctx.shape(0))
+            if decline_float32 and ctx.dtype(0) == np.float32:
+                ctx.decline_in_place()
 
         def run(self, ctx, inputs, outputs):
             np.copyto(outputs[0], inputs[0])
             np.add(outputs[0], inputs[0], out=outputs[0])
             np.add(outputs[0], inputs[0], out=outputs[0])
 
+    return Triple
+
+
+@contextlib.contextmanager
+def _fixture_plugin(kernel: type):
+    """``kernel`` as test.fixture.Triple of a plugin registered by hand, for the block."""
+    import graphrt
+    from graphrt.plugin import OpDef, hookimpl
+
     class Plugin:
         @hookimpl
         def graphrt_operators(self):
-            return [OpDef("Triple", Triple, domain="test.fixture")]
+            return [OpDef("Triple", kernel, domain="test.fixture")]
 
     graphrt.register_plugin(Plugin(), name="ops-fixture-test")
     try:
-        x = np.arange(6, dtype=np.float32)
-        case = Case("Triple", [x], reference=lambda a: 3 * a)
+        yield
+    finally:
+        graphrt.unregister_plugin("ops-fixture-test")
+
+
+def _triple_case(dtype) -> Any:
+    import numpy as np
+
+    from graphrt.testing import Case
+
+    return Case("Triple", [np.arange(6, dtype=dtype)], reference=lambda a: 3 * a)
+
+
+def test_the_fixture_names_the_broken_promise():
+    """graphrt_contract's checks, called in-process on a kernel registered by hand."""
+    import numpy as np
+
+    from graphrt.testing import Contract
+    from graphrt.testing.contract import ContractError
+
+    with _fixture_plugin(_triple()):
+        case = _triple_case(np.float32)
         contract = Contract()
         with pytest.raises(ContractError, match=r"^in_place_input: .*reads input 0 after writing"):
             contract.check("ops-fixture-test", "Triple", cases=[case], checks=["in_place"])
         done = contract.check("ops-fixture-test", "Triple", cases=[case], checks=["thread_safety"])
         assert done == ["test.fixture.Triple/case0/thread_safety"]
-    finally:
-        graphrt.unregister_plugin("ops-fixture-test")
+
+
+def test_a_declined_in_place_is_planned_apart():
+    """``ctx.decline_in_place()`` in infer: the planner gives output 0 storage of its own for
+    those inputs (a kernel that reads its input after writing stays right) and the contract's
+    in_place check skips them, while other inputs are still planned over (and caught)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import graphrt
+    from graphrt.testing import Contract
+    from graphrt.testing.contract import ContractError
+    from tests._models import make_model, tensor
+
+    with _fixture_plugin(_triple(decline_float32=True)):
+        for elem, dtype, want in [
+            (TensorProto.FLOAT, np.float32, 3),
+            (TensorProto.DOUBLE, np.float64, 4),
+        ]:
+            model = make_model(
+                [helper.make_node("Abs", ["x"], ["a"]),  # a: in the slab, dying at Triple
+                 helper.make_node("Triple", ["a"], ["y"], domain="test.fixture")],
+                [tensor("x", elem, [6])], [tensor("y", elem, [6])],
+                domains=["test.fixture"],
+            )  # fmt: skip
+            session = graphrt.Session(model.SerializeToString())
+            x = np.arange(6, dtype=dtype)
+            # planned over a (float64): the kernel reads its doubled input, 2x + 2x = 4x
+            np.testing.assert_array_equal(session.run(None, {"x": x})[0], want * x)
+        contract = Contract()
+        float32 = _triple_case(np.float32)
+        done = contract.check("ops-fixture-test", "Triple", cases=[float32], checks=["in_place"])
+        assert done == ["test.fixture.Triple/case0/in_place"]
+        float64 = _triple_case(np.float64)
+        with pytest.raises(ContractError, match=r"^in_place_input: .*reads input 0 after writing"):
+            contract.check("ops-fixture-test", "Triple", cases=[float64], checks=["in_place"])
 
 
 # -- the repository's plugins ----------------------------------------------------------------------

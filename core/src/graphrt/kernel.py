@@ -160,7 +160,8 @@ class OpKernel:
 
     #: Follows docs/exact-mode.md when ``ctx.exact`` is set; False means "not exact".
     supports_exact: ClassVar[bool] = False
-    #: Output 0 may share the storage of this input when that input dies at this node.
+    #: Output 0 may share the storage of this input when that input dies at this node (unless
+    #: ``infer`` declines for the shapes at hand: ``ctx.decline_in_place()``).
     in_place_input: ClassVar[int | None] = None
     #: Output 0 is input 0 reinterpreted with the inferred shape; ``run`` is never called.
     view_of_input: ClassVar[bool] = False
@@ -327,6 +328,7 @@ class InferContext:
         "_shapes",
         "_values",
         "exact",
+        "in_place",
         "prepared",
         "read",
         "scratch",
@@ -352,6 +354,8 @@ class InferContext:
         self.scratch: list[tuple[np.dtype, Shape]] = []
         #: Inputs whose values ``infer`` read: a dynamic node's result depends on these only.
         self.read: set[int] = set()
+        #: False once the kernel declined its ``in_place_input`` for these shapes.
+        self.in_place = True
 
     @property
     def num_inputs(self) -> int:
@@ -404,6 +408,13 @@ class InferContext:
         """Ask for a temporary array live only during this step; ``ctx.scratch[k]`` in run."""
         self.scratch.append((np.dtype(dtype), tuple(int(d) for d in shape)))
         return len(self.scratch) - 1
+
+    def decline_in_place(self) -> None:
+        """Keep output 0 out of the ``in_place_input``'s storage for these inputs: the flag says
+        the kernel may write over that input, and this plan cannot (a native kernel whose
+        partial sums would overwrite the input before it is read; a fallback that reads it
+        last)."""
+        self.in_place = False
 
     # -- read by the planner -------------------------------------------------------------
     def output_types(self) -> list[tuple[np.dtype, Shape] | None]:

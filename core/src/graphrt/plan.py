@@ -62,6 +62,7 @@ class Step:
     prepared: Any = None
     scratch: tuple[tuple[np.dtype, tuple[int, ...]], ...] = ()
     scratch_ids: tuple[int, ...] = ()  # ids in the memory plan (beyond value ids)
+    in_place: bool = True  # False: infer declined the kernel's in_place_input
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +251,7 @@ def build_plan(
             dynamic.update(o for o in node.outputs if o >= 0)
             steps.append(Step(node, DYNAMIC))
             continue
-        steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch)))
+        steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch), (), ctx.in_place))
 
     _check_output_types(graph, types)
     memory, steps = _plan_memory(graph, steps, types, constants, dynamic, keep_all)
@@ -367,7 +368,7 @@ def _plan_memory(
             continue
         defs = {o: types[o].nbytes for o in node.outputs if in_slab(o)}
         in_place = None
-        ip = node.flags.in_place_input
+        ip = node.flags.in_place_input if st.in_place else None
         if ip is not None and ip < len(node.inputs) and node.outputs and in_slab(node.outputs[0]):
             src, out = node.inputs[ip], node.outputs[0]
             # same type and size, and read through one input only: a kernel may then treat
@@ -390,7 +391,7 @@ def _plan_memory(
 def _restep(st: Step, kind: str, scratch_ids: tuple[int, ...]) -> Step:
     """``dataclasses.replace(st, kind=kind, scratch_ids=scratch_ids)`` without its per-call
     scan of the fields (a step per node in every plan)."""
-    return Step(st.node, kind, st.prepared, st.scratch, scratch_ids)
+    return Step(st.node, kind, st.prepared, st.scratch, scratch_ids, st.in_place)
 
 
 def _assembled_steps(
