@@ -108,6 +108,19 @@ def _gemm_sigmoid(a, b, c, activation="Sigmoid"):
     return (1.0 / (1.0 + np.exp(-(a.astype(np.float64) @ b + c)))).astype(a.dtype)
 
 
+def _conv_residual(x, w, b, z, activation="Relu", pads=(0, 0, 0, 0), **_):
+    """FusedConv's float64 reference (unit strides and dilations, one group): the
+    convolution, + bias, + Z, the activation."""
+    x64 = np.pad(x.astype(np.float64), ((0, 0), (0, 0), pads[0::2], pads[1::2]))
+    kh, kw = w.shape[2:]
+    oh, ow = x64.shape[2] - kh + 1, x64.shape[3] - kw + 1
+    out = b.astype(np.float64)[None, :, None, None] + z
+    for i in range(kh):
+        for j in range(kw):
+            out = out + np.einsum("nchw,mc->nmhw", x64[:, :, i : i + oh, j : j + ow], w[:, :, i, j])
+    return np.maximum(out, 0).astype(x.dtype)
+
+
 def pytest_graphrt_cases(plugin: str) -> list:
     if plugin not in ("ops-basic", "ops-simd"):
         return []
@@ -149,6 +162,28 @@ def pytest_graphrt_cases(plugin: str) -> list:
             domain="com.graphrt",
             name="bias-relu",
             **tol,
+        ),
+        # a residual Z the native kernels may write Y over (one depth block), and one they
+        # may not (two blocks of the packed kernel on avx2): in_place_input 3 either way
+        Case(
+            "FusedConv",
+            [f32(2, 16, 9, 9), f32(24, 16, 3, 3), f32(24), f32(2, 24, 9, 9)],
+            {"activation": "Relu", "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]},
+            _conv_residual,
+            domain="com.graphrt",
+            name="residual-relu",
+            rtol=1e-4,
+            atol=1e-4,
+        ),
+        Case(
+            "FusedConv",
+            [f32(1, 320, 7, 7), f32(256, 320, 1, 1), f32(256), f32(1, 256, 7, 7)],
+            {"activation": "Relu", "kernel_shape": [1, 1]},
+            _conv_residual,
+            domain="com.graphrt",
+            name="deep-residual",
+            rtol=1e-4,
+            atol=1e-4,
         ),
         Case(
             "FusedGemm",

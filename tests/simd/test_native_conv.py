@@ -72,13 +72,22 @@ def geometries(draw):
     )
 
 
-def _run(isa, g, x, w, b, split, kernel="auto", z=None):
-    plan = simd.conv_plan(
+def _plan(isa, g, x, w, kernel="auto"):
+    return simd.conv_plan(
         w, g["group"], list(x.shape), g["strides"], g["dilations"], g["pads"], g["out"], isa,
         kernel,
     )  # fmt: skip
+
+
+def _run(isa, g, x, w, b, split, kernel="auto", z=None, z_is_y=False):
+    """The convolution into a fresh y (NaN-filled; with ``z_is_y``, a copy of z passed as z
+    too: the residual written over, as the planner places a FusedConv's output)."""
+    plan = _plan(isa, g, x, w, kernel)
     work = np.full(plan.work_floats, np.nan, F32)  # staging must write what the kernel reads
     y = np.full((x.shape[0], w.shape[0], *g["out"]), np.nan, F32)
+    if z_is_y:
+        y[...] = z
+        z = y
     if split:  # staging blocks spread over two threads, then unit by unit, last first
         plan.stage(x, work, 2)
         for u in reversed(range(plan.units)):
@@ -86,6 +95,23 @@ def _run(isa, g, x, w, b, split, kernel="auto", z=None):
     else:  # stage and run bound once, as a session's step calls them
         simd.ConvCall(plan, x, work, y, b, g["act"], 1, z)()
     return y
+
+
+def check_written_over_z(isa, g, x, w, b, kernel, z, want_bits):
+    """z as y itself, where the plan says it may be (``z_in_place``: every output written once,
+    after its whole depth, reading its Z element first): the bits of separate buffers, whole
+    and unit by unit.  Plans whose partial sums of depth blocks go to y (packed and stream
+    deeper than CONV_KC, 256) refuse it."""
+    plan = _plan(isa, g, x, w, kernel)
+    depth = w.shape[1] * w.shape[2] * w.shape[3]
+    assert plan.z_in_place == (plan.kernel not in ("packed", "stream") or depth <= 256), kernel
+    for split in (False, True):
+        if plan.z_in_place:
+            got = _run(isa, g, x, w, b, split, kernel, z=z, z_is_y=True)
+            np.testing.assert_array_equal(bits(got), want_bits, err_msg=f"{kernel} {split}")
+        else:
+            with pytest.raises(ValueError, match="z may be y itself only"):
+                _run(isa, g, x, w, b, split, kernel, z=z, z_is_y=True)
 
 
 #: Depths of one, several and a partial last block of CONV_KC (256) steps, the packed kernel's
@@ -120,6 +146,7 @@ def test_packed_kernel_over_several_depth_blocks(isa, case):
     for split in (False, True):
         got = _run(isa, g, x, w, b, split=split, kernel="packed", z=z)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * depth, err_msg=f"{split}")
+    check_written_over_z(isa, g, x, w, b, "packed", z, bits(got))
 
 
 @pytest.mark.parametrize("tuning", ["split512", "full512"])
@@ -202,6 +229,8 @@ def test_values_and_split_independence(isa, g):
         np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * depth, err_msg=kernel)
         split = _run(isa, g, x, w, b, split=True, kernel=kernel, z=z)
         np.testing.assert_array_equal(bits(split), bits(whole), err_msg=kernel)
+        if z is not None:
+            check_written_over_z(isa, g, x, w, b, kernel, z, bits(whole))
 
 
 @pytest.mark.parametrize("isa", ALL_PATHS)
@@ -253,6 +282,7 @@ def test_wide_channel_and_row_tiles(isa, m, h, w, k, stride):
         np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * c * k * k, err_msg=kernel)
         split = _run(isa, g, x, wt, b, split=True, kernel=kernel, z=z)
         np.testing.assert_array_equal(bits(split), bits(whole), err_msg=kernel)
+        check_written_over_z(isa, g, x, wt, b, kernel, z, bits(whole))
         results.append(whole)
     for kernel, y in zip(kernels[1:], results[1:]):
         np.testing.assert_array_equal(bits(y), bits(results[0]), err_msg=kernel)
@@ -289,6 +319,7 @@ def test_deep_windows_run_quads_in_depth_blocks(isa, stride, m, k):
     np.testing.assert_allclose(lanes, want, rtol=1e-4, atol=1e-3 * c * k * k / 9)
     split = _run(isa, g, x, wt, b, split=True, kernel="lanes", z=z)
     np.testing.assert_array_equal(bits(split), bits(lanes))
+    check_written_over_z(isa, g, x, wt, b, "lanes", z, bits(lanes))  # partial sums apart
     if stride == 1:
         direct = _run(isa, g, x, wt, b, split=False, kernel="direct", z=z)
         np.testing.assert_array_equal(bits(direct), bits(lanes))
@@ -297,7 +328,13 @@ def test_deep_windows_run_quads_in_depth_blocks(isa, stride, m, k):
 @pytest.mark.parametrize("isa", ALL_PATHS)
 @pytest.mark.parametrize(
     "n, c, m, h, w, group",
-    [(1, 64, 16, 55, 55, 1), (2, 8, 40, 5, 7, 1), (1, 12, 48, 3, 3, 3), (2, 16, 16, 4, 4, 2)],
+    [
+        (1, 64, 16, 55, 55, 1),
+        (2, 8, 40, 5, 7, 1),
+        (1, 12, 48, 3, 3, 3),
+        (2, 16, 16, 4, 4, 2),
+        (1, 320, 24, 6, 6, 1),  # deeper than a block: a partial tile's sums go to y first
+    ],
 )
 def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
     """x's planes read in place: whole tiles, a last partial tile (or only that) and groups,
@@ -317,6 +354,7 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
     np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-4)
     split = _run(isa, g, x, wt, b, split=True, kernel="stream", z=z)
     np.testing.assert_array_equal(bits(split), bits(whole))
+    check_written_over_z(isa, g, x, wt, b, "stream", z, bits(whole))
     wider = np.zeros((n, c, h, w + 3), F32)
     wider[..., :w] = x
     rows_apart = _run(isa, g, wider[..., :w], wt, b, split=False, kernel="stream", z=z)
@@ -509,6 +547,50 @@ def test_residual_block_fused_into_the_native_conv(path, k, size, z_first):
     for threads in (1, 2):
         fused = graphrt.Session(model, kernel_path=path, intra_op_threads=threads)
         assert [n.info.op_type for n in fused.graph.nodes] == ["FusedConv"]
+        np.testing.assert_array_equal(bits(fused.run(None, feed)[0]), bits(want))
+
+
+# one depth block of 256 steps; two (avx2's packed kernel sums them in y: declined)
+@pytest.mark.parametrize("channels, out, size", [(64, 32, 14), (320, 256, 7)])
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+@pytest.mark.parametrize("path", ["numpy", "avx2", "avx512"])
+def test_a_dying_shortcut_is_written_over(path, mode, channels, out, size):
+    """A ResNet block's shortcut made by a convolution and dying at the FusedConv that adds
+    it: the fused output is planned over it where the native plan reads each Z element
+    before writing that output (``z_in_place``: always on one depth block), apart elsewhere
+    (numpy's kernel, exact mode, packed or stream sums deeper than a block); the bits of the
+    unfused graph on the same path either way, on 1 and 2 threads."""
+    if path != "numpy":
+        path_or_skip(path)
+    from graphrt.explain import plan_report
+
+    rng = np.random.default_rng(channels)
+    inits = [
+        init("ws", (rng.standard_normal((out, channels, 1, 1)) * 0.1).astype(F32)),
+        init("w", (rng.standard_normal((out, channels, 1, 1)) * 0.1).astype(F32)),
+        init("b", rng.standard_normal(out).astype(F32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "ws"], ["s"]),  # a shortcut, in the slab
+        helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+        helper.make_node("Add", ["c", "s"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[1, channels, size, size])], [tensor("y")], inits)
+    feed = {"x": rng.standard_normal((1, channels, size, size)).astype(F32)}
+    plain = graphrt.Session(model, kernel_path=path, mode=mode, optimization_level="none")
+    want = plain.run(None, feed)[0]
+    for threads in (1, 2):
+        fused = graphrt.Session(model, kernel_path=path, mode=mode, intra_op_threads=threads)
+        plan = fused.plan_for([feed["x"]])
+        (step,) = [st for st in plan.steps if st.node.info.op_type == "FusedConv"]
+        native = getattr(step.prepared, "native", None)
+        over = path != "numpy" and mode == "fast" and native.z_in_place
+        if channels == 64:
+            assert over == (path != "numpy" and mode == "fast")
+        (entry,) = [e for e in plan_report(plan)["steps"] if e["op_type"] == "FusedConv"]
+        z = entry["inputs"][3]  # (the fusion may take either product as the Add's other)
+        assert z in ("s", "c") and entry["in_place_of"] == (z if over else None)
         np.testing.assert_array_equal(bits(fused.run(None, feed)[0]), bits(want))
 
 
@@ -929,6 +1011,7 @@ def test_refusals():
     x, y = np.ones((1, 4, 6, 6), F32), np.empty((1, 8, 6, 6), F32)
     work = np.empty(plan.work_floats, F32)
     plan.stage(x, work)
+    shifted = np.empty(y.size + 1, F32)
     runs = [
         (dict(x=np.ones((1, 4, 6, 7), F32)), ValueError, "x must have shape"),
         (dict(y=np.empty((1, 8, 6, 5), F32)), ValueError, "y must have shape"),
@@ -942,7 +1025,11 @@ def test_refusals():
         (dict(x=np.ones((1, 4, 6, 6), np.float64)), TypeError, "float32"),
         (dict(z=np.ones((1, 8, 6, 5), F32)), ValueError, "z must have shape"),
         (dict(z=np.ones((1, 6, 8, 6), F32).transpose(0, 2, 1, 3)), ValueError, "y's strides"),
-        (dict(z=y), ValueError, "overlap"),
+        (
+            dict(y=shifted[:-1].reshape(y.shape), z=shifted[1:].reshape(y.shape)),
+            ValueError,
+            "overlap",
+        ),  # z overlapping y, not y itself
     ]
     base = dict(x=x, work=work, y=y, bias=None, activation="none", u0=0, u1=-1, z=None)
     for change, kind, message in runs:

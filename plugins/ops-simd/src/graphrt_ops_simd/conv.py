@@ -233,10 +233,24 @@ class Conv(NativeKernel):
 
 
 class FusedConv(GeluTailFallback, Conv):
-    """A FusedConv left to the numpy kernel still ends in the path's native Gelu."""
+    """A FusedConv left to the numpy kernel still ends in the path's native Gelu.
+
+    Y may be written over a residual Z that dies at the node (a ResNet block's shortcut: the
+    output takes its storage, warm from the step that made it, instead of a block of its
+    own) where the native plan reads each Z element before it writes that output
+    (``ConvPlan.z_in_place``); the numpy kernel, exact mode and plans whose depth blocks store
+    partial sums in Y decline."""
+
+    in_place_input = 3
 
     def fused_activation(self) -> str:
         return self.base.act.kind
+
+    def infer(self, ctx: InferContext) -> None:
+        super().infer(ctx)
+        p = ctx.prepared
+        if not (isinstance(p, _Plan) and p.residual and p.native.z_in_place):
+            ctx.decline_in_place()
 
 
 def _with_contiguous_inputs(

@@ -517,10 +517,26 @@ public:
             for (size_t d = 0; d < 4; ++d)
                 if (want_y[d] > 1 && z->stride(d) != yp->stride(d))
                     throw nb::value_error("z must have y's strides");
-            check_no_overlap(*yp, *z, "z");
+            if (z->data() != yp->data())
+                check_no_overlap(*yp, *z, "z");
+            else if (!z_in_place())  // (z is y itself: same shape and strides, checked above)
+                throw nb::value_error(
+                    "z may be y itself only for a plan whose z_in_place holds (this one's "
+                    "partial sums of depth blocks would overwrite z before it is read)");
             a.z = static_cast<const float*>(z->data());
         }
         return a;
+    }
+
+    // Whether run() may take z as y itself (FusedConv's Z dying at the node, its output
+    // planned over it): every kernel then writes each output once, after its whole depth,
+    // reading its Z element first; not where partial sums of depth blocks go to y (the packed
+    // and stream kernels' columns deeper than CONV_KC), nor in exact plans (they take no z).
+    // The lanes kernel's quads keep their partial sums in a buffer of their own.
+    bool z_in_place() const {
+        if (exact_ || y_blocked_) return false;
+        if (mode_ == PACKED || mode_ == STREAM) return k_ <= CONV_KC;
+        return true;  // direct, lanes, winograd
     }
 
     // Whether run_rows() computes any band of output rows on its own (ConvPoolCall): the
@@ -1028,6 +1044,8 @@ void bind_conv(nb::module_& m) {
                      "kernel, which transforms in chunks into buffers of its threads).")
         .def_prop_ro("staged", &ConvPlan::staged)
         .def_prop_ro("kernel", &ConvPlan::kernel)
+        .def_prop_ro("z_in_place", &ConvPlan::z_in_place,
+                     "Whether a run may take z as y itself (a residual written over).")
         .def_prop_ro("row_bands", &ConvPlan::row_bands,
                      "Whether ConvPoolCall can run this plan in bands of output rows.")
         .def_prop_ro("lanes_bands", &ConvPlan::lanes_bands,
