@@ -377,6 +377,56 @@ def test_stream_kernel_on_plain_1x1(isa, n, c, m, h, w, group):
                 np.testing.assert_array_equal(bits(got), bits(whole))
 
 
+@pytest.mark.parametrize("isa", ALL_PATHS)
+@pytest.mark.parametrize(
+    "strides, size, out",
+    [
+        ((2, 2), (14, 14), (7, 7)),  # a ResNet downsample's shortcut
+        ((2, 2), (13, 9), (7, 5)),  # odd sizes: the last row and column read
+        ((3, 1), (10, 6), (4, 6)),  # rows only
+        ((1, 4), (5, 17), (5, 5)),  # columns only
+        ((2, 2), (6, 6), (3, 4)),  # a pad after the last column: read in place, not copied
+    ],
+)
+def test_strided_1x1_runs_on_the_subsampled_image(isa, strides, size, out):
+    """A strided 1x1 kernel without pads reads every sh-th row and sw-th column alone: every
+    kernel runs it as a plain 1x1 on a copy of those made by stage() (into work, after the
+    staged image), the bits of that plain plan on the caller's own subsampled copy, whole and
+    unit by unit, from x or from a strided view of it; the float64 values.  With a pad after
+    the last row or column the kernels read x in place as before."""
+    path_or_skip(isa)
+    c, m = 20, 24
+    g = dict(group=1, strides=strides, dilations=(1, 1), pads=(0, 0), out=out, act="relu")
+    rng = np.random.default_rng(sum(size))
+    x = rng.standard_normal((2, c, *size)).astype(F32)
+    wt = rng.standard_normal((m, c, 1, 1)).astype(F32)
+    b = rng.standard_normal(m).astype(F32)
+    z = rng.standard_normal((2, m, *out)).astype(F32)
+    sub = x[:, :, :: strides[0], :: strides[1]][:, :, : out[0], : out[1]]
+    padded = sub.shape[2:] != tuple(out)
+    if padded:  # the end pads' zeros
+        sub = np.pad(sub, ((0, 0), (0, 0), (0, out[0] - sub.shape[2]), (0, out[1] - sub.shape[3])))
+    want = np.maximum(np.einsum("nchw,mc->nmhw", sub.astype(np.float64), wt[:, :, 0, 0])
+                      + b[:, None, None] + z, 0)  # fmt: skip
+    plain = dict(g, strides=(1, 1))
+    wider = np.zeros((2, c + 3, size[0], size[1] + 5), F32)  # x as a view: planes, rows apart
+    wider[:, 1 : 1 + c, :, : size[1]] = x
+    for kernel in kernels_for(isa, dict(g, w_shape=wt.shape, x_shape=x.shape)):
+        plan = _plan(isa, g, x, wt, kernel)
+        whole = _run(isa, g, x, wt, b, split=False, kernel=kernel, z=z)
+        np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * c, err_msg=kernel)
+        if not padded:
+            assert plan.work_floats >= sub.size, kernel  # the copy's room
+            same = _run(isa, plain, np.ascontiguousarray(sub), wt, b, False, plan.kernel, z)
+            np.testing.assert_array_equal(bits(whole), bits(same), err_msg=kernel)
+        view = wider[:, 1 : 1 + c, :, : size[1]]
+        for got in (
+            _run(isa, g, x, wt, b, True, kernel, z),
+            _run(isa, g, view, wt, b, False, kernel, z),
+        ):
+            np.testing.assert_array_equal(bits(got), bits(whole), err_msg=kernel)
+
+
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])  # (the scalar path has no lanes kernel)
 @pytest.mark.parametrize("k, stride, size", [(1, 2, 28), (3, 1, 9), (3, 2, 15), (2, 3, 11)])
 def test_lanes_without_padding_read_x_in_place_or_staged_alike(isa, k, stride, size):

@@ -153,6 +153,24 @@ public:
         bounded(mul(s.oh, s.ow, "the output positions"), MAX_FLOATS, "the output positions");
         bounded(mul(mul(s.h, s.w, "the input plane"), s.c, "the input planes"), MAX_FLOATS,
                 "the input planes");
+        in_h_ = s.h, in_w_ = s.w;
+        // A strided 1x1 kernel without pads reads every sh-th row and sw-th column of x and
+        // nothing else: stage() copies those (subsample_at) and the plan is a plain 1x1 on the
+        // copy, the kernel chosen for that.  Read in place, the strided rows and columns
+        // cost the packed kernel's column packing and the lanes kernel's lines (light_resnet50's
+        // 1x1/2 256->512 on 56 x 56, two threads: 513 us strided, 427 + the copy plain).
+        sub_ = s.kh == 1 && s.kw == 1 && !s.ph && !s.pw && (s.sh > 1 || s.sw > 1) &&
+               (s.oh - 1) * s.sh < s.h && (s.ow - 1) * s.sw < s.w &&  // no pads after either
+               !x_block_ && !y_blocked_;
+        if (sub_) {
+            sub_sh_ = s.sh, sub_sw_ = s.sw;
+            s.h = s.oh, s.w = s.ow, s.sh = s.sw = s.dh = s.dw = 1;
+            x_h_ = hp = s.h, x_w_ = wp = s.w;
+            bounded(mul(mul(mul(s.h, s.w, "the subsampled image"), s.c * group_,
+                            "the subsampled image"),
+                        n_, "the subsampled image"),
+                    MAX_FLOATS, "the subsampled image");
+        }
         if (y_blocked_ || x_block_) check_blocked(group);
         // a blocked output is the lanes kernel's bands (conv_blocked.inc), stored as they are
         mode_ = y_blocked_ ? LANES : choose_conv_kernel(shape_, mg_, *isa_, exact_, kernel, rules);
@@ -329,10 +347,14 @@ public:
     int64_t units() const { return n_ * group_ * mchunks_ * pblocks_; }
     int64_t nbytes() const { return per_group_ * group_ * static_cast<int64_t>(sizeof(float)); }
     // floats of the staging buffer stage() and run() take (0: the packed path needs none)
-    int64_t work_floats() const {
+    int64_t work_floats() const { return own_work_floats() + sub_floats(); }
+    // the staged image's (or V's) floats, first in work
+    int64_t own_work_floats() const {
         if (mode_ == WINO) return n_ * group_ * v_floats_;
         return staged() ? n_ * group_ * direct_shape_.staged : 0;
     }
+    // the subsampled image's floats, after them (sub_ plans)
+    int64_t sub_floats() const { return sub_ ? n_ * group_ * shape_.c * x_h_ * x_w_ : 0; }
     // floats of the work buffer a bound call (ConvCall) needs: none for the Winograd kernel in
     // chunks, which transforms V a chunk at a time into thread buffers (run_winograd_chunks)
     int64_t call_work_floats() const {
@@ -353,9 +375,10 @@ public:
 
     void stage(const InArray& x, OutArray work, int threads) {
         const RunArgs a = checked(x, work, nullptr, std::nullopt, "none", std::nullopt);
-        if (!staged()) return;
+        if (!staged() && !sub_) return;
         nb::gil_scoped_release nogil;
-        stage_at(a, clamp_threads(threads));
+        if (sub_) subsample_at(a, clamp_threads(threads));
+        if (staged()) stage_at(a, clamp_threads(threads));
     }
 
     // The arrays of a run, checked once (run() and stage() per call, ConvCall when bound).
@@ -367,7 +390,32 @@ public:
         std::ptrdiff_t xs0 = 0, xs1 = 0, xs2 = 0, ys0 = 0, ys1 = 0;
         int act = ACT_NONE;
         bool x_in_place = false;  // lanes_in_place: x's planes are the staged ones
+        // a sub_ plan's caller's x (x above: the subsampled copy in work) and its strides
+        const float* sub_x = nullptr;
+        std::ptrdiff_t sub_s0 = 0, sub_s1 = 0, sub_s2 = 0;
     };
+
+    // Every sh-th row and sw-th column of each of x's planes into work, after the staged
+    // image (a sub_ plan's x); copies, so any split over threads gives the same floats.
+    void subsample_at(const RunArgs& a, int threads) const {
+        const int64_t chans = group_ * shape_.c, planes = n_ * chans;
+        const int64_t oh = x_h_, ow = x_w_, sh = sub_sh_, sw = sub_sw_;
+        float* out = a.work + own_work_floats();
+        NativePool::get().run((planes + STAGE_CHANNELS - 1) / STAGE_CHANNELS, threads,
+                              [&](int64_t i) {
+            for (int64_t p = i * STAGE_CHANNELS; p < std::min(planes, (i + 1) * STAGE_CHANNELS);
+                 ++p) {
+                const float* src = a.sub_x + p / chans * a.sub_s0 + p % chans * a.sub_s1;
+                float* dst = out + p * oh * ow;
+                for (int64_t r = 0; r < oh; ++r, dst += ow, src += sh * a.sub_s2) {
+                    if (sw == 2)  // (a constant stride the compiler vectorizes)
+                        for (int64_t j = 0; j < ow; ++j) dst[j] = src[2 * j];
+                    else
+                        for (int64_t j = 0; j < ow; ++j) dst[j] = src[j * sw];
+                }
+            }
+        });
+    }
 
     // Copies x into work, padded (the unit-stride kernels' staged planes); no GIL needed.
     // A flat lanes plan (a plain 1x1 kernel) reads x's own planes where they lie h * w floats
@@ -468,6 +516,11 @@ public:
         a.x = static_cast<const float*>(x.data());
         a.work = static_cast<float*>(const_cast<void*>(static_cast<const void*>(work.data())));
         a.xs0 = x.stride(0), a.xs1 = x.stride(1), a.xs2 = x.stride(2);
+        if (sub_) {  // the kernels read the copy subsample_at() makes
+            a.sub_x = a.x, a.sub_s0 = a.xs0, a.sub_s1 = a.xs1, a.sub_s2 = a.xs2;
+            a.x = a.work + own_work_floats();
+            a.xs2 = x_w_, a.xs1 = x_h_ * x_w_, a.xs0 = group_ * shape_.c * a.xs1;
+        }
         a.x_in_place = lanes_in_place(a);  // once per bound call, not per run
         if (call && y_blocked_ && !a.x_in_place && call_work_floats() == 0)
             throw nb::value_error("x must be C-contiguous: the call reads it in place");
@@ -544,15 +597,15 @@ public:
     // long row) in row tiles (a tile never runs on into a next row).
     bool row_bands() const {
         const DirectShape& d = direct_shape_;
-        return mode_ == DIRECT && !exact_ && group_ == 1 && !flat_ && d.oh == y_h_ &&
+        return mode_ == DIRECT && !exact_ && group_ == 1 && !flat_ && !sub_ && d.oh == y_h_ &&
                d.ow == y_w_ && d.pitch % isa_->cnr == 0;
     }
     // Whether run_rows_blocked() computes bands of output rows kept channels-last
     // (ConvPoolCall's blocked bands): the lanes kernel in fast mode, one group, the output's
     // own rows (not a flat 1x1 plan's one long row), the whole depth per tile.
     bool lanes_bands() const {
-        return mode_ == LANES && !exact_ && group_ == 1 && !flat_ && isa_->conv_lanes_ok &&
-               lanes_kb_ == k_ && shape_.oh == y_h_ && shape_.ow == y_w_;
+        return mode_ == LANES && !exact_ && group_ == 1 && !flat_ && !sub_ &&
+               isa_->conv_lanes_ok && lanes_kb_ == k_ && shape_.oh == y_h_ && shape_.ow == y_w_;
     }
     int64_t channel_tile() const { return cmr_; }
     bool y_blocked() const { return y_blocked_; }
@@ -725,6 +778,7 @@ public:
     // 16->64 on 55 x 55 16% slower than the parts).  An output's arithmetic does not depend on
     // its thread, chunk or block, so neither do the bits.
     void call_at(const RunArgs& a, int threads) const {
+        if (sub_) subsample_at(a, threads);  // (a 1x1 kernel: never Winograd)
         if (mode_ == WINO && wino_chunk_panels_) return run_winograd_chunks(a, threads);
         const int64_t panels = mode_ == WINO ? wino_.tpad / isa_->nr : 0;
         if (threads <= 1 || panels < WINO_FUSED_MIN_PANELS * threads) {
@@ -947,11 +1001,11 @@ private:
             return;
         }
         check_matrix(x, "x", 4);
-        const std::vector<int64_t> want{n_, shape_.c * group_, x_h_, x_w_};
+        const std::vector<int64_t> want{n_, shape_.c * group_, in_h_, in_w_};
         if (shape_of(x) != want)
             throw nb::value_error(
                 ("x must have shape " + dims(want) + ", got " + dims(shape_of(x))).c_str());
-        if (x_w_ > 1 && x.stride(3) != 1)
+        if (in_w_ > 1 && x.stride(3) != 1)
             throw nb::value_error("x must have unit column stride");
     }
 
@@ -966,7 +1020,10 @@ private:
 
     const IsaKernels* isa_;
     ConvShape shape_{};  // the kernels' geometry (flat_: one row of h * w positions)
-    int64_t x_h_ = 0, x_w_ = 0, y_h_ = 0, y_w_ = 0;  // the caller's planes
+    int64_t x_h_ = 0, x_w_ = 0, y_h_ = 0, y_w_ = 0;  // the planes the kernels read and write
+    int64_t in_h_ = 0, in_w_ = 0;  // the caller's x planes (sub_: x_h_ x x_w_ of them read)
+    bool sub_ = false;  // a strided 1x1 kernel without pads, run on the subsampled image
+    int64_t sub_sh_ = 1, sub_sw_ = 1;
     bool flat_ = false;
     int64_t x_block_ = 0;     // x blocked in blocks of this many channels (0: planes)
     bool y_blocked_ = false;  // the output blocked too: BlockedConvCall's bands only
@@ -1052,7 +1109,9 @@ void bind_conv(nb::module_& m) {
                      "Whether ConvPoolCall can run this plan in bands of output rows kept "
                      "channels-last (the lanes kernel).")
         .def("stage", &ConvPlan::stage, nb::arg("x"), nb::arg("work"), nb::arg("threads") = 1,
-             "Copy x into work, padded, for the unit-stride kernel (nothing for other strides).")
+             "Copy x into work, padded, for the direct, lanes and Winograd kernels, and a "
+             "strided 1x1 kernel's subsampled x for every kernel (else nothing): run() reads "
+             "them.")
         .def("run", &ConvPlan::run, nb::arg("x"), nb::arg("work"), nb::arg("y"),
              nb::arg("bias").none(), nb::arg("activation"), nb::arg("unit_begin") = 0,
              nb::arg("unit_end") = -1, nb::arg("threads") = 1, nb::arg("z").none() = nb::none(),
