@@ -402,11 +402,21 @@ def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, 
         assert not calls
 
 
-def test_batched_run_time_b_products_run_as_one_native_call_with_each_pairs_bits(monkeypatch):
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [
+        ((2, 3, 150, 64), (1, 3, 64, 40)),  # B matrices shared by two pairs (broadcast)
+        ((2, 6, 150, 64), (2, 6, 64, 40)),  # one B a pair: whole pairs, with their repack
+    ],
+)
+def test_batched_run_time_b_products_run_as_one_native_call_with_each_pairs_bits(
+    monkeypatch, a_shape, b_shape
+):
     """A batched MatMul of two run-time operands (attention's heads) repacks every B matrix
-    and runs every product in one native call (_native.GemmBatch, rows in blocks over the
-    plugin's threads): each output matrix has the bits of its pair's own 2-D product, at 1, 2
-    and 4 threads, B matrices shared by several pairs (broadcast) included."""
+    and runs every product in one native call (_native.GemmBatch: rows in blocks over the
+    plugin's threads, or, where each B serves one pair and the pairs alone fill the threads,
+    each pair with its repack on one thread): each output matrix has the bits of its pair's
+    own 2-D product, at 1, 2 and 4 threads."""
     calls = _run_time_b_on_avx512(monkeypatch)
     import graphrt_ops_simd.kernels as kernels
 
@@ -415,16 +425,16 @@ def test_batched_run_time_b_products_run_as_one_native_call_with_each_pairs_bits
     monkeypatch.setattr(
         kernels._native, "GemmBatch", lambda *a, **kw: batches.append(1) or real(*a, **kw)
     )
-    model, arrays = _product_model((2, 3, 150, 64), (1, 3, 64, 40), None)  # 150 rows: 3 blocks
+    model, arrays = _product_model(a_shape, b_shape, None)  # 150 rows: 3 blocks
     pair_model, _ = _product_model((150, 64), (64, 40), None)
     pair = _session(pair_model, "avx512", intra_op_threads=1)
+    a, b = arrays["a"], np.broadcast_to(arrays["b"], (*a_shape[:2], *b_shape[2:]))
     want = np.stack(
         [
-            np.stack([pair.run(None, {"a": arrays["a"][i, j], "b": arrays["b"][0, j]})[0]
-                      for j in range(3)])
-            for i in range(2)
+            np.stack([pair.run(None, {"a": a[i, j], "b": b[i, j]})[0] for j in range(a_shape[1])])
+            for i in range(a_shape[0])
         ]
-    )  # fmt: skip
+    )
     assert calls, "the pairs' 2-D products did not run on the native GEMM"
     for threads in (1, 2, 4):
         batches.clear()
