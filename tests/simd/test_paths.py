@@ -342,10 +342,10 @@ def _product_model(a_shape, b_shape, const: str | None):
     return model, arrays
 
 
-def _run_time_b_on_avx512(monkeypatch) -> list:
-    """The avx512 path (or a skip) with run-time B products on the native GEMM as where numpy's
-    BLAS lacks AVX-512 kernels; the list each native product's run appends to."""
-    path_or_skip("avx512")
+def _run_time_b_native(monkeypatch, isa: str = "avx512") -> list:
+    """The path ``isa`` (or a skip) with run-time B products on the native GEMM as where
+    numpy's BLAS lacks AVX-512 kernels; the list each native product's run appends to."""
+    path_or_skip(isa)
     import graphrt_ops_simd.kernels as kernels
 
     monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
@@ -360,6 +360,7 @@ def _run_time_b_on_avx512(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
 @pytest.mark.parametrize(
     "a_shape, b_shape, const",
     [
@@ -369,19 +370,19 @@ def _run_time_b_on_avx512(monkeypatch) -> list:
         ((96, 64), (64, 40), "a"),  # W @ X: a constant A
     ],
 )
-def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, monkeypatch):
+def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, isa, monkeypatch):
     """Where numpy's BLAS lacks AVX-512 kernels, a fast MatMul with a run-time B packs it into
-    its run state's buffer at every run: the values of the B of that run (within fast mode's
-    tolerance of float64), the same bits at 1 and 2 threads and for runs of different threads
-    at once; the avx2 path keeps numpy's product."""
-    calls = _run_time_b_on_avx512(monkeypatch)
+    its run state's buffer at every run, on the avx512 and the avx2 path: the values of the B
+    of that run (within fast mode's tolerance of float64), the same bits at 1 and 2 threads
+    and for runs of different threads at once."""
+    calls = _run_time_b_native(monkeypatch, isa)
     model, arrays = _product_model(a_shape, b_shape, const)
     feeds = [
         {n: v * scale + shift for n, v in arrays.items() if n != const}
         for scale, shift in ((1.0, 0.0), (-2.0, 0.5), (0.25, -1.0))
     ]
-    one = _session(model, "avx512", intra_op_threads=1)
-    two = _session(model, "avx512", intra_op_threads=2)
+    one = _session(model, isa, intra_op_threads=1)
+    two = _session(model, isa, intra_op_threads=2)
     serial = []
     for feed in feeds:
         operands = {**{n: v for n, v in arrays.items() if n == const}, **feed}
@@ -396,10 +397,6 @@ def test_fast_products_of_a_run_time_b_pack_it_per_run(a_shape, b_shape, const, 
         results = list(pool.map(lambda i: one.run(None, feeds[i % 3])[0], range(24)))
     for i, got in enumerate(results):
         np.testing.assert_array_equal(bits(got), bits(serial[i % 3]))
-    if "avx2" in ISAS:
-        calls.clear()
-        _session(model, "avx2").run(None, feeds[0])
-        assert not calls
 
 
 @pytest.mark.parametrize(
@@ -417,7 +414,7 @@ def test_batched_run_time_b_products_run_as_one_native_call_with_each_pairs_bits
     plugin's threads, or, where each B serves one pair and the pairs alone fill the threads,
     each pair with its repack on one thread): each output matrix has the bits of its pair's
     own 2-D product, at 1, 2 and 4 threads."""
-    calls = _run_time_b_on_avx512(monkeypatch)
+    calls = _run_time_b_native(monkeypatch)
     import graphrt_ops_simd.kernels as kernels
 
     batches: list = []
@@ -467,7 +464,7 @@ def test_a_fused_product_of_a_run_time_b_runs_natively_with_the_unfused_bits(mon
     in the epilogue of the GEMM on the B packed per run: the values of relu(a @ b + bias), and
     the bits of MatMul -> Add -> Relu (the same GEMM, then numpy's add and maximum) at 1 and 2
     threads."""
-    calls = _run_time_b_on_avx512(monkeypatch)
+    calls = _run_time_b_native(monkeypatch)
     rng = np.random.default_rng(9)
     bias = rng.standard_normal(48).astype(np.float32)
     nodes = [
@@ -499,14 +496,15 @@ def test_a_fused_product_of_a_run_time_b_runs_natively_with_the_unfused_bits(mon
 
 def test_run_time_b_products_stay_on_numpy_below_the_bounds(monkeypatch):
     """Fewer than FAST_ANY_B_ROWS rows, fewer than DYNAMIC_B_MIN_MACS multiply-adds per
-    product, or a BLAS with AVX-512 kernels: numpy's product."""
+    product, the scalar path, or a BLAS with AVX-512 kernels: numpy's product."""
     import graphrt_ops_simd.kernels as kernels
 
     monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: True)
     assert kernels.dynamic_b_native("avx512", 8, 1 << 16)
     assert not kernels.dynamic_b_native("avx512", 7, 1 << 20)
     assert not kernels.dynamic_b_native("avx512", 64, (1 << 16) - 1)
-    assert not kernels.dynamic_b_native("avx2", 64, 1 << 20)
+    assert kernels.dynamic_b_native("avx2", 64, 1 << 20)
+    assert not kernels.dynamic_b_native("scalar", 64, 1 << 20)  # (exact mode's path)
     monkeypatch.setattr(kernels, "numpy_blas_lacks_avx512", lambda: False)
     assert not kernels.dynamic_b_native("avx512", 64, 1 << 20)
 

@@ -11,8 +11,8 @@ output types are the table's, word for word), then decides per plan:
   product of a few rows whose B is too large to hold a packed copy of beside it
   (``FAST_ANY_B_ROWS``, ``FAST_VECTOR_MAX_B_BYTES``);
 * fast mode, float32, a run-time B (MatMul): the native GEMM with B packed into the run
-  state's own buffer per run, where numpy's BLAS has no AVX-512 kernels for this CPU but the
-  avx512 path runs (``dynamic_b_native``);
+  state's own buffer per run, where numpy's BLAS has no AVX-512 kernels for this CPU, on the
+  avx512 and avx2 paths (``dynamic_b_native``);
 * anything else (other dtypes, other run-time B in fast mode, ...): the numpy kernel, planned
   on the real context as if this wrapper did not exist.
 
@@ -353,7 +353,12 @@ def fast_native(isa: str, rows: int, b_bytes: int) -> bool:
 #: and DYNAMIC_B_MIN_MACS multiply-adds: many tiny ones lost, 16 x (8x64 @ 64x64) 14.7 against
 #: 12.8 us.  Where OpenBLAS has AVX-512 kernels (Zen 4, Intel) the product alone was 1.1-1.25x
 #: ahead of it before the pack (above), so numpy keeps these there until someone measures it.
-DYNAMIC_B_PATHS = ("avx512",)
+#: On the avx2 path (against OpenBLAS's Haswell kernels: both AVX2) pack and product tie with
+#: numpy on one product (bench/gemm_micro.py --isa avx2: 0.89-1.04x), and a batch of them is
+#: one GemmBatch on the plugin's threads instead of numpy pair by pair on the core's pool:
+#: 12 x (128x64 @ 64x128) 255 -> 244 us at one thread, 252 -> 140 at two (Zen 5 running the
+#: avx2 path, onnxruntime held to AVX2: 134-145).
+DYNAMIC_B_PATHS = ("avx512", "avx2")
 DYNAMIC_B_MIN_MACS = 1 << 16
 #: OpenBLAS cores (threadpoolctl's "architecture") with AVX-512 kernels.
 BLAS_AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
