@@ -251,7 +251,7 @@ def build_plan(
             dynamic.update(o for o in node.outputs if o >= 0)
             steps.append(Step(node, DYNAMIC))
             continue
-        steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch), (), ctx.in_place))
+        steps.append(Step(node, STATIC, ctx.prepared, tuple(ctx.scratch), in_place=ctx.in_place))
 
     _check_output_types(graph, types)
     memory, steps = _plan_memory(graph, steps, types, constants, dynamic, keep_all)

@@ -336,13 +336,10 @@ class NativeBlockedConv(_NativeBlocked):
         self, ctx: KernelContext, inputs: Sequence[Any], outputs: Sequence[Any]
     ) -> Callable[[], None]:
         p: conv._Plan = ctx.prepared
-        x = inputs[0]
-        bias = p.bias
-        if bias is None and len(inputs) > 2 and inputs[2] is not None:
-            bias = np.ascontiguousarray(inputs[2], dtype=F32)
-        work = ctx.scratch[p.work] if p.work is not None else np.empty(0, F32)
-        y, threads = outputs[0], ctx.threads
-        return _native.BlockedConvCall(p.native, x, work, y, bias, p.activation, threads)
+        bias, work = conv_exact.call_arrays(ctx, p.work, p.bias, inputs)
+        return _native.BlockedConvCall(
+            p.native, inputs[0], work, outputs[0], bias, p.activation, ctx.threads
+        )
 
 
 class NativeBlockedMaxPool(_NativeBlocked):

@@ -253,12 +253,19 @@ def conv_call(
     z: np.ndarray | None,
 ) -> Any:
     """A native plan's bound call on the plugin's threads (as many as the session's intra-op
-    threads): B the plan's constant, else the run's input; ``work`` the staged image's scratch."""
+    threads)."""
+    bias, buf = call_arrays(ctx, work, bias, inputs)
+    return _native.ConvCall(native, inputs[0], buf, y, bias, activation, ctx.threads, z)
+
+
+def call_arrays(
+    ctx: KernelContext, work: int | None, bias: np.ndarray | None, inputs: Sequence[Any]
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """A bound convolution call's B (the plan's constant, else the run's input) and work
+    buffer (the staged image's scratch ``work``, or an empty one)."""
     if bias is None and len(inputs) > 2 and inputs[2] is not None:
         bias = np.ascontiguousarray(inputs[2], dtype=F32)
-    buf = ctx.scratch[work] if work is not None else np.empty(0, F32)
-    threads = ctx.threads
-    return _native.ConvCall(native, inputs[0], buf, y, bias, activation, threads, z)
+    return bias, ctx.scratch[work] if work is not None else np.empty(0, F32)
 
 
 def bind_native_plan(

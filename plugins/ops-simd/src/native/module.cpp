@@ -540,10 +540,7 @@ public:
             if (!nb::isinstance<GemmCall>(call))
                 throw nb::type_error("calls must hold GemmCall objects");
             const GemmArgs& g = nb::cast<const GemmCall&>(call).args();
-            const auto index = static_cast<int64_t>(args_.size());
             args_.push_back(g);
-            for (int64_t lo = g.row_begin; lo < g.row_end; lo += GEMM_ROW_BLOCK)
-                items_.push_back({index, lo, std::min(g.row_end, lo + GEMM_ROW_BLOCK)});
             const auto t = std::find(targets_.begin(), targets_.end(), g.b) - targets_.begin();
             pack_of_.push_back(t);
             if (t < static_cast<std::ptrdiff_t>(targets_.size())) ++uses[t];
@@ -551,6 +548,11 @@ public:
         whole_calls_ = threads_ > 1 &&
                        static_cast<int64_t>(args_.size()) >= GEMM_ITEMS_PER_THREAD * threads_ &&
                        std::all_of(uses.begin(), uses.end(), [](int u) { return u == 1; });
+        if (whole_calls_) return;
+        for (size_t i = 0; i < args_.size(); ++i)  // else blocks of rows, after every repack
+            for (int64_t lo = args_[i].row_begin; lo < args_[i].row_end; lo += GEMM_ROW_BLOCK)
+                items_.push_back({static_cast<int64_t>(i), lo,
+                                  std::min(args_[i].row_end, lo + GEMM_ROW_BLOCK)});
     }
 
     void operator()() const {
